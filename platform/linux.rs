@@ -1,0 +1,385 @@
+//! The native Linux backend: one epoll instance per waiter, `EPOLLEXCLUSIVE`, and rotation.
+//!
+//! Exclusive registrations are added with `EPOLLEXCLUSIVE`: the kernel appends their wait-queue
+//! entries at the tail of the descriptor's queue and, on an event, walks from the head and stops
+//! at the first entry whose epoll has a thread waiting. That stops the herd, but the first
+//! registrant takes everything (the monopoly). Rotation is the cure nginx shipped in 1.21.6:
+//! after a waiter has been handed `rotate_every` events of the descriptor, it deletes and
+//! re-adds it, which moves its entry to the tail. We rotate when the caller has *consumed* the
+//! readiness ([`NativeWaiter::consumed`], or the next `wait`), never before: a re-added entry
+//! that still sees the unread message would wake a second waiter for it.
+//!
+//! The kernel refuses `EPOLL_CTL_MOD` of an exclusive entry and several flags with it
+//! (ONESHOT, RDHUP, PRI): `modify` of an exclusive registration is delete plus add, and the
+//! refused flags are never sent. Everything is level-triggered, so no event is lost in the gap
+//! between delete and add. `one_event_round_robin` is `maxevents = 1`: level-triggered epoll
+//! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::interest::{Event, Events, Interest};
+use crate::shared::MemberSlot;
+
+/// Turns a `-1` return into the thread's `errno`.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: each call site passes valid descriptors and pointers to live buffers.
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 { Err(io::Error::last_os_error()) } else { Ok(res) }
+    }};
+}
+
+/// The epoll data value of the waiter's own wake-up eventfd (descriptors are never negative).
+const WAKE_DATA: u64 = u64::MAX;
+
+/// Can this kernel give exclusive wake-ups? Asked once per process, with a real pipe.
+pub(crate) fn probe() -> std::result::Result<(), String> {
+    static PROBE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let epoll = new_epoll().map_err(|e| format!("epoll_create1 failed: {e}"))?;
+            let mut fds = [0; 2];
+            syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))
+                .map_err(|e| format!("pipe2 failed: {e}"))?;
+            // SAFETY: pipe2 just returned these two descriptors; we own them from here.
+            let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+            ctl(
+                &epoll,
+                libc::EPOLL_CTL_ADD,
+                r.as_raw_fd(),
+                epoll_flags(Interest::READABLE.exclusive()),
+                0,
+            )
+            .map_err(|e| {
+                format!("the kernel refuses EPOLLEXCLUSIVE ({e}); Linux 4.5 or later is needed")
+            })
+        })
+        .clone()
+}
+
+fn new_epoll() -> io::Result<OwnedFd> {
+    let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+    // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The epoll flags of an interest: level-triggered, never a flag the kernel refuses with
+/// EXCLUSIVE.
+fn epoll_flags(interest: Interest) -> u32 {
+    let mut flags = 0;
+    if interest.is_readable() {
+        flags |= libc::EPOLLIN as u32;
+    }
+    if interest.is_writable() {
+        flags |= libc::EPOLLOUT as u32;
+    }
+    if interest.is_exclusive() {
+        flags |= libc::EPOLLEXCLUSIVE as u32;
+    }
+    flags
+}
+
+fn ctl(epoll: &OwnedFd, op: libc::c_int, fd: RawFd, flags: u32, data: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: flags,
+        u64: data,
+    };
+    syscall!(epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev)).map(drop)
+}
+
+/// Names the kernel's refusal of a descriptor.
+fn refusal(fd: RawFd, err: io::Error, context: &'static str) -> Error {
+    match err.raw_os_error() {
+        Some(libc::EBADF) => Error::BadDescriptor { fd },
+        Some(libc::EPERM) => Error::UnwatchableDescriptor {
+            fd,
+            reason: "epoll does not watch regular files or directories (EPERM)",
+        },
+        Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
+        Some(libc::ELOOP) | Some(libc::EINVAL) if is_epoll(fd) => Error::UnwatchableDescriptor {
+            fd,
+            reason: "an epoll descriptor cannot be watched exclusively (EINVAL)",
+        },
+        _ => Error::io(context, err),
+    }
+}
+
+fn is_epoll(fd: RawFd) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .map(|p| p.to_string_lossy().contains("eventpoll"))
+        .unwrap_or(false)
+}
+
+/// One registration of this waiter.
+#[derive(Clone, Copy)]
+struct Registration {
+    key: usize,
+    interest: Interest,
+    /// Events of this (exclusive) descriptor handed out since its entry last went to the tail.
+    handed: u32,
+}
+
+/// One member's native half: its own epoll instance and registrations.
+pub(crate) struct NativeWaiter {
+    epoll: OwnedFd,
+    /// The eventfd a [`NativeNotifier`] writes to; registered under `WAKE_DATA`.
+    wake: Arc<OwnedFd>,
+    rotate_every: u32,
+    /// Registered descriptors by number. Invariant: exactly these are in `epoll`.
+    registrations: HashMap<RawFd, Registration>,
+    /// Exclusive descriptors whose entry goes to the tail once the caller consumed the event.
+    rotate_pending: Vec<RawFd>,
+    /// How many registrations asked for one event per wait.
+    one_event: usize,
+    buffer: Vec<libc::epoll_event>,
+}
+
+impl NativeWaiter {
+    pub(crate) fn new(rotate_every: u32) -> Result<NativeWaiter> {
+        let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
+        let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
+            .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
+        // SAFETY: eventfd returned a fresh descriptor that nothing else owns.
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(wake) });
+        ctl(
+            &epoll,
+            libc::EPOLL_CTL_ADD,
+            wake.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            WAKE_DATA,
+        )
+        .map_err(|e| Error::io("registering the waiter's eventfd", e))?;
+        Ok(NativeWaiter {
+            epoll,
+            wake,
+            rotate_every,
+            registrations: HashMap::new(),
+            rotate_pending: Vec::new(),
+            one_event: 0,
+            buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+        })
+    }
+
+    pub(crate) fn add(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
+        if self.registrations.contains_key(&fd) {
+            return Err(Error::AlreadyRegistered { fd });
+        }
+        ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_ADD,
+            fd,
+            epoll_flags(interest),
+            fd as u64,
+        )
+        .map_err(|e| refusal(fd, e, "adding a descriptor to epoll"))?;
+        self.insert(fd, key, interest);
+        Ok(())
+    }
+
+    fn insert(&mut self, fd: RawFd, key: usize, interest: Interest) {
+        self.registrations.insert(
+            fd,
+            Registration {
+                key,
+                interest,
+                handed: 0,
+            },
+        );
+        self.one_event += usize::from(interest.is_one_event_round_robin());
+    }
+
+    fn forget(&mut self, fd: RawFd) -> Option<Registration> {
+        let old = self.registrations.remove(&fd)?;
+        self.one_event -= usize::from(old.interest.is_one_event_round_robin());
+        self.rotate_pending.retain(|&p| p != fd);
+        Some(old)
+    }
+
+    pub(crate) fn modify(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
+        let old = *self
+            .registrations
+            .get(&fd)
+            .ok_or(Error::NotRegistered { fd })?;
+        if old.interest.is_exclusive() || interest.is_exclusive() {
+            // The kernel refuses MOD of an exclusive entry: delete and add, and put the old
+            // registration back if the new one is refused.
+            self.delete(fd)?;
+            if let Err(e) = self.add(fd, key, interest) {
+                self.add(fd, old.key, old.interest)?;
+                return Err(e);
+            }
+            return Ok(());
+        }
+        ctl(
+            &self.epoll,
+            libc::EPOLL_CTL_MOD,
+            fd,
+            epoll_flags(interest),
+            fd as u64,
+        )
+        .map_err(|e| refusal(fd, e, "modifying a descriptor in epoll"))?;
+        self.forget(fd);
+        self.insert(fd, key, interest);
+        Ok(())
+    }
+
+    pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
+        if !self.registrations.contains_key(&fd) {
+            return Err(Error::NotRegistered { fd });
+        }
+        match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
+            // ENOENT: the descriptor was closed and the kernel already forgot it.
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                return Err(refusal(fd, e, "deleting a descriptor from epoll"))
+            }
+            _ => {}
+        }
+        self.forget(fd);
+        Ok(())
+    }
+
+    /// Moves the entry of `fd` to the tail of the descriptor's wait queue: delete, then add.
+    fn rotate(&mut self, fd: RawFd) -> Result<()> {
+        let Some(reg) = self.registrations.get(&fd).copied() else {
+            return Ok(());
+        };
+        let flags = epoll_flags(reg.interest);
+        let res = ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0)
+            .and_then(|()| ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, fd as u64));
+        match res {
+            Ok(()) => Ok(()),
+            // Closed while registered: the kernel dropped the entry, so do we.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBADF) | Some(libc::ENOENT)) => {
+                self.forget(fd);
+                Ok(())
+            }
+            Err(e) => Err(Error::io("rotating an exclusive registration", e)),
+        }
+    }
+
+    pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
+        let due: Vec<RawFd> = self
+            .rotate_pending
+            .iter()
+            .copied()
+            .filter(|fd| self.registrations.get(fd).is_some_and(|r| r.key == key))
+            .collect();
+        for fd in due {
+            self.rotate_pending.retain(|&p| p != fd);
+            self.rotate(fd)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn wait(
+        &mut self,
+        slot: &MemberSlot,
+        events: &mut Events,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        // Coming back to wait means the last events were consumed.
+        while let Some(fd) = self.rotate_pending.pop() {
+            self.rotate(fd)?;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let max = if self.one_event > 0 {
+            1
+        } else {
+            events.room().min(self.buffer.len())
+        };
+        loop {
+            let n = match syscall!(epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.buffer.as_mut_ptr(),
+                max as libc::c_int,
+                timeout_ms(deadline),
+            )) {
+                Ok(n) => n as usize,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
+            };
+            if n == 0 {
+                return Ok(0); // timed out
+            }
+            slot.wakeups.fetch_add(1, SeqCst);
+            let mut notified = false;
+            for i in 0..n {
+                let ev = self.buffer[i];
+                let (data, flags) = (ev.u64, ev.events);
+                if data == WAKE_DATA {
+                    drain_eventfd(&self.wake);
+                    notified = true;
+                    continue;
+                }
+                let fd = data as RawFd;
+                let Some(reg) = self.registrations.get_mut(&fd) else {
+                    continue;
+                };
+                events.push(Event {
+                    key: reg.key,
+                    readable: flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0,
+                    writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
+                });
+                if reg.interest.is_exclusive() && self.rotate_every > 0 {
+                    reg.handed += 1;
+                    if reg.handed >= self.rotate_every {
+                        reg.handed = 0;
+                        self.rotate_pending.push(fd);
+                    }
+                }
+            }
+            if !events.is_empty() || notified {
+                return Ok(events.len());
+            }
+            slot.empty_wakeups.fetch_add(1, SeqCst);
+        }
+    }
+
+    pub(crate) fn notifier(&self) -> NativeNotifier {
+        NativeNotifier {
+            wake: self.wake.clone(),
+        }
+    }
+}
+
+/// Milliseconds left until `deadline` for epoll_wait, rounded up; -1 for none.
+fn timeout_ms(deadline: Option<Instant>) -> libc::c_int {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            let ms = left.as_nanos().div_ceil(1_000_000);
+            ms.min(libc::c_int::MAX as u128) as libc::c_int
+        }
+    }
+}
+
+fn drain_eventfd(fd: &OwnedFd) {
+    let mut value = 0u64;
+    // SAFETY: reads 8 bytes into a live u64 from our own nonblocking eventfd.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+}
+
+/// Wakes one native waiter through its eventfd.
+#[derive(Clone)]
+pub(crate) struct NativeNotifier {
+    wake: Arc<OwnedFd>,
+}
+
+impl NativeNotifier {
+    pub(crate) fn notify(&self) -> Result<()> {
+        let one = 1u64;
+        match syscall!(write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8)) {
+            Ok(_) => Ok(()),
+            // EAGAIN: the counter is full, so the waiter is woken already.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) => Err(Error::io("writing the waiter's eventfd", e)),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The native backend where there is none: kqueue, event ports and IOCP have no exclusive
+//! wake-up flag (FreeBSD declined one), so `Backend::Native` is refused with this reason and
+//! `Backend::Auto` resolves to the emulation. The types are uninhabited: no value of them can
+//! exist, so their methods can never run.
+
+use std::time::Duration;
+
+use crate::error::{RawSource, Result};
+use crate::interest::{Events, Interest};
+use crate::shared::MemberSlot;
+
+pub(crate) fn probe() -> std::result::Result<(), String> {
+    Err(format!(
+        "{} has no kernel flag for exclusive wake-ups; use Backend::Emulated (or Auto)",
+        std::env::consts::OS
+    ))
+}
+
+pub(crate) enum NativeWaiter {}
+
+#[derive(Clone)]
+pub(crate) enum NativeNotifier {}
+
+impl NativeWaiter {
+    pub(crate) fn new(_rotate_every: u32) -> Result<NativeWaiter> {
+        Err(crate::Error::BackendUnavailable {
+            backend: crate::Backend::Native,
+            reason: probe().unwrap_err(),
+        })
+    }
+    pub(crate) fn add(&mut self, _: RawSource, _: usize, _: Interest) -> Result<()> {
+        match *self {}
+    }
+    pub(crate) fn modify(&mut self, _: RawSource, _: usize, _: Interest) -> Result<()> {
+        match *self {}
+    }
+    pub(crate) fn delete(&mut self, _: RawSource) -> Result<()> {
+        match *self {}
+    }
+    pub(crate) fn wait(
+        &mut self,
+        _: &MemberSlot,
+        _: &mut Events,
+        _: Option<Duration>,
+    ) -> Result<usize> {
+        match *self {}
+    }
+    pub(crate) fn consumed(&mut self, _: usize) -> Result<()> {
+        match *self {}
+    }
+    pub(crate) fn notifier(&self) -> NativeNotifier {
+        match *self {}
+    }
+}
+
+impl NativeNotifier {
+    pub(crate) fn notify(&self) -> Result<()> {
+        match *self {}
+    }
+}

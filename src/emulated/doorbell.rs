@@ -1,0 +1,96 @@
+//! Door bells: one per member slot, rung to wake a member that sleeps in its poller.
+//!
+//! The emulation wakes a member for two reasons: it has been handed the token and must start
+//! watching the group's exclusive descriptors, or a `Notifier` wants its `wait` to return. On
+//! Unix each slot has a non-blocking pipe made when the group is built, so members forked later
+//! can ring each other; the member adds the read end to its own poller. On other systems
+//! (Windows: threads only) a bell is the member's `polling::Poller::notify`.
+
+#[cfg(unix)]
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+#[cfg(unix)]
+use crate::error::Error;
+use crate::error::Result;
+
+/// The door bells of every slot of one group.
+#[cfg(unix)]
+pub(crate) struct Doorbells {
+    /// (read end, write end) per slot, both non-blocking.
+    pipes: Vec<(OwnedFd, OwnedFd)>,
+}
+
+#[cfg(unix)]
+impl Doorbells {
+    pub(crate) fn new(slots: usize) -> Result<Doorbells> {
+        let pipes = (0..slots)
+            .map(|_| {
+                let (r, w) = nix::unistd::pipe()
+                    .map_err(|e| Error::io("creating a door bell pipe", e.into()))?;
+                for fd in [&r, &w] {
+                    set_flags(fd).map_err(|e| Error::io("configuring a door bell pipe", e))?;
+                }
+                Ok((r, w))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Doorbells { pipes })
+    }
+
+    /// The end a member watches.
+    pub(crate) fn watch_end(&self, slot: u32) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.pipes[slot as usize].0.as_fd()
+    }
+
+    /// Wakes the member of `slot`. A full pipe means it is rung already.
+    pub(crate) fn ring(&self, slot: u32) {
+        let fd = self.pipes[slot as usize].1.as_raw_fd();
+        // SAFETY: writes one byte from a live buffer to our own non-blocking pipe.
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+    }
+
+    /// Empties the bell of `slot` after it woke its member.
+    pub(crate) fn drain(&self, slot: u32) {
+        let fd = self.pipes[slot as usize].0.as_raw_fd();
+        let mut buf = [0u8; 64];
+        // SAFETY: reads into a live buffer from our own non-blocking pipe, until it is empty.
+        while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
+}
+
+#[cfg(unix)]
+fn set_flags(fd: &OwnedFd) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    Ok(())
+}
+
+/// The door bells of every slot of one group: each member's poller, for its `notify`.
+#[cfg(not(unix))]
+pub(crate) struct Doorbells {
+    pollers: std::sync::Mutex<Vec<Option<std::sync::Arc<polling::Poller>>>>,
+}
+
+#[cfg(not(unix))]
+impl Doorbells {
+    pub(crate) fn new(slots: usize) -> Result<Doorbells> {
+        Ok(Doorbells {
+            pollers: std::sync::Mutex::new(vec![None; slots]),
+        })
+    }
+
+    /// Records the poller of the member that joined `slot`.
+    pub(crate) fn install(&self, slot: u32, poller: std::sync::Arc<polling::Poller>) {
+        self.pollers.lock().unwrap_or_else(|e| e.into_inner())[slot as usize] = Some(poller);
+    }
+
+    pub(crate) fn ring(&self, slot: u32) {
+        let pollers = self.pollers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = &pollers[slot as usize] {
+            let _ = p.notify();
+        }
+    }
+
+    pub(crate) fn drain(&self, _slot: u32) {}
+}

@@ -1,0 +1,570 @@
+//! The emulated backend: exclusive, fair wake-ups in user space, on top of `polling`.
+//!
+//! Each member has its own `polling::Poller` (a Poller lets one thread wait at a time) and a door
+//! bell (`doorbell`). Its own descriptors stay in its poller, level-triggered. Its exclusive
+//! descriptors are in its poller only while it holds their token and their last event has been
+//! consumed (`token` has the protocol); a `sync` before every kernel wait makes the poller match
+//! that rule. So one readiness event wakes one member, members take events in turn, and a
+//! member killed mid-run is cleared out by another (`liveness`).
+//!
+//! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
+//! the leader its holder → `pass` hands the token to the next idle member (rung only if there is
+//! something for it to watch) → the event goes to the caller, who reads and calls `consumed`
+//! (or comes back to `wait`) → `release` rings the new leader, whose `sync` watches the
+//! descriptor again.
+
+mod doorbell;
+mod liveness;
+mod token;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use polling::{PollMode, Poller};
+
+use crate::error::{Error, RawSource, Result};
+use crate::group::GroupInner;
+use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
+use crate::shared::state;
+use doorbell::Doorbells;
+use liveness::Liveness;
+use token::{Token, LIVENESS_CHECK};
+
+/// The poller key of the member's door bell.
+const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
+
+/// What the emulation adds to a group: door bells and liveness marks, made before any fork.
+pub(crate) struct EmulatedGroup {
+    bells: Doorbells,
+    live: Liveness,
+}
+
+impl EmulatedGroup {
+    pub(crate) fn new(slots: usize) -> Result<EmulatedGroup> {
+        Ok(EmulatedGroup {
+            bells: Doorbells::new(slots)?,
+            live: Liveness::new()?,
+        })
+    }
+}
+
+fn token(group: &GroupInner) -> Token<'_> {
+    let emu = group
+        .emulation
+        .as_ref()
+        .expect("an emulated waiter belongs to an emulated group");
+    Token {
+        shared: &group.shared,
+        bells: &emu.bells,
+        live: &emu.live,
+        rotate_every: group.rotate_every,
+    }
+}
+
+/// One registration of an emulated member.
+struct Registration {
+    key: usize,
+    interest: Interest,
+    /// Registration order, for serving ready descriptors in turn.
+    seq: u64,
+    /// The shared source slot, for an exclusive registration.
+    source: Option<usize>,
+    /// Is the descriptor in this member's poller right now?
+    in_poller: bool,
+    /// Exclusive events handed to this member since it last went to the back of the line.
+    handed: u32,
+}
+
+/// A ready descriptor found by one kernel wait, before it is handed out.
+struct Candidate {
+    fd: RawSource,
+    seq: u64,
+    event: Event,
+}
+
+/// One member's emulated half.
+pub(crate) struct EmulatedWaiter {
+    me: u32,
+    poller: Arc<Poller>,
+    /// Registered descriptors by number.
+    registrations: HashMap<RawSource, Registration>,
+    next_seq: u64,
+    /// Registration order of the descriptor served last (for serving ready ones in turn).
+    last_served: u64,
+    /// Exclusive sources this member holds: handed out, not yet consumed, as (source, key).
+    holding: Vec<(usize, usize)>,
+    /// How many registrations asked for one event per wait.
+    one_event: usize,
+    raw_events: polling::Events,
+    candidates: Vec<Candidate>,
+}
+
+impl EmulatedWaiter {
+    pub(crate) fn new(group: &GroupInner, me: u32) -> Result<EmulatedWaiter> {
+        let poller =
+            Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
+        let emu = group.emulation.as_ref().expect("emulated group");
+        emu.live.hold(me)?;
+        emu.bells.drain(me);
+        #[cfg(unix)]
+        // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
+        // an Arc of it), and `leave` deletes it from the poller.
+        unsafe {
+            poller
+                .add_with_mode(
+                    &emu.bells.watch_end(me),
+                    polling::Event::readable(DOORBELL_KEY),
+                    PollMode::Level,
+                )
+                .map_err(|e| Error::io("watching the member's door bell", e))?;
+        }
+        #[cfg(not(unix))]
+        emu.bells.install(me, poller.clone());
+        Ok(EmulatedWaiter {
+            me,
+            poller,
+            registrations: HashMap::new(),
+            next_seq: 0,
+            last_served: u64::MAX,
+            holding: Vec::new(),
+            one_event: 0,
+            raw_events: polling::Events::new(),
+            candidates: Vec::new(),
+        })
+    }
+
+    pub(crate) fn add(
+        &mut self,
+        group: &GroupInner,
+        fd: RawSource,
+        key: usize,
+        interest: Interest,
+    ) -> Result<()> {
+        if self.registrations.contains_key(&fd) {
+            return Err(Error::AlreadyRegistered { fd });
+        }
+        let identity = identify(fd)?;
+        let source = match interest.is_exclusive() {
+            true => Some(group.shared.source_index(identity)?),
+            false => None,
+        };
+        match source {
+            None => self.poller_add(fd, interest)?,
+            Some(s) => group.shared.source(s).set_member(self.me, true),
+        }
+        self.registrations.insert(
+            fd,
+            Registration {
+                key,
+                interest,
+                seq: self.next_seq,
+                source,
+                in_poller: source.is_none(),
+                handed: 0,
+            },
+        );
+        self.next_seq += 1;
+        self.one_event += usize::from(interest.is_one_event_round_robin());
+        Ok(())
+    }
+
+    pub(crate) fn modify(
+        &mut self,
+        group: &GroupInner,
+        fd: RawSource,
+        key: usize,
+        interest: Interest,
+    ) -> Result<()> {
+        let old = self
+            .registrations
+            .get(&fd)
+            .map(|r| (r.key, r.interest))
+            .ok_or(Error::NotRegistered { fd })?;
+        // Check the new registration before touching the old one.
+        if interest.is_exclusive() {
+            group.shared.source_index(identify(fd)?)?;
+        }
+        self.delete(group, fd)?;
+        if let Err(e) = self.add(group, fd, key, interest) {
+            self.add(group, fd, old.0, old.1)?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete(&mut self, group: &GroupInner, fd: RawSource) -> Result<()> {
+        let reg = self
+            .registrations
+            .remove(&fd)
+            .ok_or(Error::NotRegistered { fd })?;
+        self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
+        if reg.in_poller {
+            self.poller_delete(fd);
+        }
+        if let Some(s) = reg.source {
+            let tk = token(group);
+            tk.shared.source(s).set_member(self.me, false);
+            self.release_source(&tk, s);
+            if tk.shared.source(s).leader.load(SeqCst) == self.me {
+                tk.pass(s, self.me);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn consumed(&mut self, group: &GroupInner, key: usize) -> Result<()> {
+        let tk = token(group);
+        let me = self.me;
+        self.holding.retain(|&(s, k)| {
+            if k == key {
+                tk.release(s, me);
+            }
+            k != key
+        });
+        Ok(())
+    }
+
+    fn release_source(&mut self, tk: &Token<'_>, source: usize) {
+        let me = self.me;
+        self.holding.retain(|&(s, _)| {
+            if s == source {
+                tk.release(s, me);
+            }
+            s != source
+        });
+    }
+
+    fn exclusive_sources(&self) -> impl Iterator<Item = usize> + '_ {
+        self.registrations.values().filter_map(|r| r.source)
+    }
+
+    /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
+    /// it leads whose last event has been consumed.
+    fn sync(&mut self, tk: &Token<'_>) -> Result<()> {
+        let me = self.me;
+        let mut changes = Vec::new();
+        for (&fd, reg) in &self.registrations {
+            let Some(s) = reg.source else { continue };
+            let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
+            if want != reg.in_poller {
+                changes.push((fd, want));
+            }
+        }
+        for (fd, want) in changes {
+            let interest = self.registrations[&fd].interest;
+            if want {
+                match self.poller_add(fd, interest) {
+                    Ok(()) => {}
+                    // Closed while registered: forget it, as the kernel did.
+                    Err(Error::BadDescriptor { .. }) => {
+                        let _ = self.delete_closed(tk, fd);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                self.poller_delete(fd);
+            }
+            if let Some(reg) = self.registrations.get_mut(&fd) {
+                reg.in_poller = want;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_closed(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
+        let reg = self.registrations.remove(&fd)?;
+        self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
+        let s = reg.source?;
+        tk.shared.source(s).set_member(self.me, false);
+        self.release_source(tk, s);
+        if tk.shared.source(s).leader.load(SeqCst) == self.me {
+            tk.pass(s, self.me);
+        }
+        Some(())
+    }
+
+    pub(crate) fn wait(
+        &mut self,
+        group: &GroupInner,
+        events: &mut Events,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        let tk = token(group);
+        let me = self.me;
+        let slot = group.shared.member(me);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        // Coming back to wait: what was handed out last time has been consumed.
+        let held: Vec<usize> = self.holding.drain(..).map(|(s, _)| s).collect();
+        for s in held {
+            tk.release(s, me);
+        }
+        slot.state.store(state::IDLE, SeqCst);
+        let result = self.wait_idle(&tk, events, deadline);
+        // Going busy: pass on every token this member has, so the group keeps listening.
+        slot.state.store(state::BUSY, SeqCst);
+        let led: Vec<usize> = self
+            .exclusive_sources()
+            .filter(|&s| tk.shared.source(s).leader.load(SeqCst) == me)
+            .collect();
+        for s in led {
+            tk.pass(s, me);
+        }
+        result
+    }
+
+    fn wait_idle(
+        &mut self,
+        tk: &Token<'_>,
+        events: &mut Events,
+        deadline: Option<Instant>,
+    ) -> Result<usize> {
+        let me = self.me;
+        let slot = tk.shared.member(me);
+        loop {
+            let sources: Vec<usize> = self.exclusive_sources().collect();
+            for &s in &sources {
+                tk.take_if_due(s, me);
+            }
+            self.sync(tk)?;
+            let must_check = sources.iter().any(|&s| tk.must_check(s, me));
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let poll_timeout = match (left, must_check) {
+                (Some(l), true) => Some(l.min(LIVENESS_CHECK)),
+                (None, true) => Some(LIVENESS_CHECK),
+                (l, false) => l,
+            };
+            self.raw_events.clear();
+            self.poller
+                .wait(&mut self.raw_events, poll_timeout)
+                .map_err(|e| Error::io("waiting in the member's poller", e))?;
+            if self.raw_events.is_empty() {
+                if must_check {
+                    for &s in &sources {
+                        tk.check(s, me);
+                    }
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(0);
+                }
+                if slot.notified.swap(0, SeqCst) != 0 {
+                    slot.wakeups.fetch_add(1, SeqCst);
+                    return Ok(0);
+                }
+                if !must_check {
+                    // Woken with nothing: a door bell where bells are the poller's notify.
+                    slot.wakeups.fetch_add(1, SeqCst);
+                    slot.token_wakeups.fetch_add(1, SeqCst);
+                }
+                continue;
+            }
+            slot.wakeups.fetch_add(1, SeqCst);
+            let rung = self.collect_candidates(tk);
+            if rung {
+                tk.bells.drain(me);
+            }
+            let found_readiness = !self.candidates.is_empty();
+            self.hand_out(tk, events);
+            let notified = rung && slot.notified.swap(0, SeqCst) != 0;
+            if !events.is_empty() || notified {
+                return Ok(events.len());
+            }
+            if found_readiness {
+                slot.empty_wakeups.fetch_add(1, SeqCst);
+            } else {
+                slot.token_wakeups.fetch_add(1, SeqCst);
+            }
+        }
+    }
+
+    /// Turns the poller's events into candidates in turn order; returns whether the bell rang.
+    fn collect_candidates(&mut self, tk: &Token<'_>) -> bool {
+        let mut rung = false;
+        self.candidates.clear();
+        for ev in self.raw_events.iter() {
+            if ev.key == DOORBELL_KEY {
+                rung = true;
+                continue;
+            }
+            let fd = ev.key as RawSource;
+            let Some(reg) = self.registrations.get(&fd) else {
+                continue;
+            };
+            if let Some(s) = reg.source {
+                if tk.shared.source(s).leader.load(SeqCst) != self.me {
+                    continue; // the token moved on while we slept
+                }
+            }
+            self.candidates.push(Candidate {
+                fd,
+                seq: reg.seq,
+                event: Event {
+                    key: reg.key,
+                    readable: ev.readable,
+                    writable: ev.writable,
+                },
+            });
+        }
+        // Serve in registration order, starting after the descriptor served last.
+        let last = self.last_served;
+        self.candidates
+            .sort_by_key(|c| (c.seq <= last && last != u64::MAX, c.seq));
+        rung
+    }
+
+    /// Hands out candidates: one if any registration asked for one event per wait, else as many
+    /// as fit. An exclusive one is handed out only if this member wins its claim.
+    fn hand_out(&mut self, tk: &Token<'_>, events: &mut Events) {
+        let limit = if self.one_event > 0 { 1 } else { events.room() };
+        let me = self.me;
+        for c in self.candidates.drain(..) {
+            if events.len() >= limit {
+                break;
+            }
+            let Some(reg) = self.registrations.get_mut(&c.fd) else {
+                continue;
+            };
+            if let Some(s) = reg.source {
+                if !tk.claim(s, me) {
+                    continue;
+                }
+                self.holding.push((s, reg.key));
+                reg.handed = tk.note_handed(s, me, reg.handed + 1);
+            }
+            self.last_served = c.seq;
+            events.push(c.event);
+        }
+    }
+
+    /// Leaves the group: frees what this member holds and passes its tokens on.
+    pub(crate) fn leave(&mut self, group: &GroupInner) {
+        let tk = token(group);
+        let me = self.me;
+        for (s, _) in std::mem::take(&mut self.holding) {
+            tk.release(s, me);
+        }
+        tk.shared.member(me).state.store(state::LEFT, SeqCst);
+        let sources: Vec<usize> = self.exclusive_sources().collect();
+        for s in sources {
+            tk.shared.source(s).set_member(me, false);
+            if tk.shared.source(s).leader.load(SeqCst) == me {
+                tk.pass(s, me);
+            }
+        }
+        let fds: Vec<RawSource> = self
+            .registrations
+            .iter()
+            .filter(|(_, r)| r.in_poller)
+            .map(|(&fd, _)| fd)
+            .collect();
+        for fd in fds {
+            self.poller_delete(fd);
+        }
+        #[cfg(unix)]
+        let _ = self.poller.delete(tk.bells.watch_end(me));
+        tk.live.release(me);
+    }
+
+    fn poller_add(&self, fd: RawSource, interest: Interest) -> Result<()> {
+        let ev = polling::Event::new(fd as usize, interest.is_readable(), interest.is_writable());
+        // SAFETY: the caller registered this open descriptor and must keep it open until it is
+        // deleted; we delete it from the poller on `delete`, when the member stops watching it,
+        // and when the member leaves.
+        unsafe { self.poller.add_with_mode(fd, ev, PollMode::Level) }.map_err(|e| {
+            match e.raw_os_error() {
+                #[cfg(unix)]
+                Some(libc::EBADF) => Error::BadDescriptor { fd },
+                #[cfg(unix)]
+                Some(libc::EPERM) => Error::UnwatchableDescriptor {
+                    fd,
+                    reason: "the poller does not watch regular files or directories (EPERM)",
+                },
+                #[cfg(unix)]
+                Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
+                _ => Error::io("adding a descriptor to the member's poller", e),
+            }
+        })
+    }
+
+    fn poller_delete(&self, fd: RawSource) {
+        #[cfg(unix)]
+        // SAFETY: only used for the duration of the call; a descriptor closed meanwhile only
+        // makes the kernel answer EBADF or ENOENT, which we ignore (it forgot it already).
+        let _ = self
+            .poller
+            .delete(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+        #[cfg(windows)]
+        // SAFETY: as above, for a socket.
+        let _ = self
+            .poller
+            .delete(unsafe { std::os::windows::io::BorrowedSocket::borrow_raw(fd) });
+    }
+}
+
+/// The identity of the open file behind `fd` (non-zero), shared by every process and every
+/// duplicate of it; refuses what no backend can watch.
+#[cfg(unix)]
+fn identify(fd: RawSource) -> Result<u64> {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only reads the descriptor number and writes the live struct.
+    if unsafe { libc::fstat(fd, &mut st) } == -1 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EBADF) => Error::BadDescriptor { fd },
+            _ => Error::io("inspecting a descriptor", e),
+        });
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            return Err(Error::UnwatchableDescriptor {
+                fd,
+                reason: "a regular file is always ready; readiness polling does not apply",
+            })
+        }
+        libc::S_IFDIR => {
+            return Err(Error::UnwatchableDescriptor {
+                fd,
+                reason: "a directory cannot be polled",
+            })
+        }
+        _ => {}
+    }
+    let mix = |mut x: u64| {
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    };
+    Ok(mix(mix(st.st_dev as u64) ^ st.st_ino as u64).max(1))
+}
+
+/// On Windows members are threads of one process: the socket number is the identity.
+#[cfg(windows)]
+fn identify(fd: RawSource) -> Result<u64> {
+    Ok((fd as u64).wrapping_add(1).max(1))
+}
+
+/// Wakes one emulated member, from any thread or any process of the group.
+#[derive(Clone)]
+pub(crate) struct EmulatedNotifier {
+    group: Arc<GroupInner>,
+    member: u32,
+}
+
+impl EmulatedNotifier {
+    pub(crate) fn new(group: Arc<GroupInner>, member: u32) -> EmulatedNotifier {
+        EmulatedNotifier { group, member }
+    }
+
+    pub(crate) fn notify(&self) -> Result<()> {
+        self.group
+            .shared
+            .member(self.member)
+            .notified
+            .store(1, SeqCst);
+        token(&self.group).bells.ring(self.member);
+        Ok(())
+    }
+}

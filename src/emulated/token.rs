@@ -1,0 +1,257 @@
+//! The token protocol of the emulation: Leader/Followers, one token per exclusive descriptor.
+//!
+//! The pattern is Leader/Followers (Schmidt, O'Ryan, Pyarali, Kircher, Buschmann, 2000): of the
+//! members that registered a descriptor, only the token holder (the *leader*) watches it; the
+//! others sleep in their own pollers. When the leader is handed an event it first passes the
+//! token to the next idle member in line, so the group keeps listening while the event is
+//! handled, and marks itself the source's *holder*. The new leader does not watch the source
+//! until the holder says it has consumed the readiness (`release`), so a level-triggered
+//! descriptor never wakes two members for one message.
+//!
+//! The line: members in slot order, starting at `line_head`. After a member has been handed
+//! `rotate_every` events, the head moves just past it (it goes to the back); with
+//! `rotate_every = 0` the head stays at slot 0, which reproduces the kernel's monopoly. A member
+//! coming back to `wait` ahead of the leader in line takes the token over.
+//!
+//! All state is in the group's shared memory and changes by compare-and-swap only. Two
+//! store-then-load pairs keep the token from being stranded (SeqCst, Dekker style): a member
+//! going idle stores IDLE then loads the leader, while a leader passing the token loads states
+//! and then stores the leader, and re-checks after; a member releasing a source stores the
+//! holder then loads the leader, while a new leader stores itself then loads the holder.
+//!
+//! Liveness: a dead leader or holder is noticed by the member that last passed the token (the
+//! *watcher*) or by the leader, which then wait with a short timeout, but only when the member
+//! they depend on is in another process; threads of one process never poll.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::doorbell::Doorbells;
+use super::liveness::Liveness;
+use crate::shared::{state, SharedState, SourceSlot, NONE};
+
+/// How often a member that depends on another process checks that it is alive.
+pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
+
+/// The protocol's view of one group: its shared memory, door bells and liveness marks.
+pub(crate) struct Token<'a> {
+    pub(crate) shared: &'a SharedState,
+    pub(crate) bells: &'a Doorbells,
+    pub(crate) live: &'a Liveness,
+    pub(crate) rotate_every: u32,
+}
+
+impl Token<'_> {
+    fn source(&self, s: usize) -> &SourceSlot {
+        self.shared.source(s)
+    }
+
+    /// Position of member `m` in the line of source `s` (0 = first).
+    fn line_pos(&self, s: usize, m: u32) -> u32 {
+        let high = self.shared.high().max(1);
+        let head = self.source(s).line_head.load(SeqCst) % high;
+        (m + high - head) % high
+    }
+
+    /// Does anyone need to watch `s` now? (its last event has been consumed)
+    pub(crate) fn needs_watch(&self, s: usize) -> bool {
+        self.source(s).holder.load(SeqCst) == NONE
+    }
+
+    /// Called by `me`, idle, for a source it registered: takes the token if nobody has it or if
+    /// `me` is ahead of the leader in line. Returns whether `me` leads `s` now.
+    pub(crate) fn take_if_due(&self, s: usize, me: u32) -> bool {
+        let src = self.source(s);
+        for _ in 0..8 {
+            let leader = src.leader.load(SeqCst);
+            if leader == me {
+                return true;
+            }
+            let due = leader == NONE || self.line_pos(s, me) < self.line_pos(s, leader);
+            if !due {
+                return false;
+            }
+            if src
+                .leader
+                .compare_exchange(leader, me, SeqCst, SeqCst)
+                .is_ok()
+            {
+                if leader != NONE {
+                    // The old leader still watches `s`: wake it so it stops.
+                    self.bells.ring(leader);
+                }
+                return true;
+            }
+        }
+        src.leader.load(SeqCst) == me
+    }
+
+    /// The first idle member registered on `s`, in line order, other than `not`.
+    fn next_idle(&self, s: usize, not: u32) -> Option<u32> {
+        let src = self.source(s);
+        let high = self.shared.high();
+        if high == 0 {
+            return None;
+        }
+        let head = src.line_head.load(SeqCst) % high;
+        (0..high).map(|i| (head + i) % high).find(|&m| {
+            m != not && src.has_member(m) && self.shared.member(m).state.load(SeqCst) == state::IDLE
+        })
+    }
+
+    /// Moves the token of `s` away from `from` (leaving, going busy, or dead) to the next idle
+    /// member in line, waking it if there is something to watch; with no idle member, nobody
+    /// leads and the next member to come back to `wait` takes the token.
+    pub(crate) fn pass(&self, s: usize, from: u32) {
+        let src = self.source(s);
+        let mut from = from;
+        for _ in 0..=self.shared.high() {
+            match self.next_idle(s, from) {
+                Some(next) => {
+                    if src
+                        .leader
+                        .compare_exchange(from, next, SeqCst, SeqCst)
+                        .is_err()
+                    {
+                        return; // someone else moved it already
+                    }
+                    src.watcher.store(from, SeqCst);
+                    if self.needs_watch(s) {
+                        self.bells.ring(next);
+                    }
+                    if self.shared.member(next).state.load(SeqCst) == state::IDLE {
+                        return;
+                    }
+                    from = next; // it went busy meanwhile: pass it on
+                }
+                None => {
+                    if src
+                        .leader
+                        .compare_exchange(from, NONE, SeqCst, SeqCst)
+                        .is_err()
+                    {
+                        return;
+                    }
+                    // A member may have gone idle after we looked: give it the token.
+                    match self.next_idle(s, NONE) {
+                        Some(next)
+                            if src
+                                .leader
+                                .compare_exchange(NONE, next, SeqCst, SeqCst)
+                                .is_ok() =>
+                        {
+                            self.bells.ring(next);
+                            if self.shared.member(next).state.load(SeqCst) == state::IDLE {
+                                return;
+                            }
+                            from = next;
+                        }
+                        _ => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// `me`, the leader, saw `s` ready: claims its event. False if another member holds it.
+    pub(crate) fn claim(&self, s: usize, me: u32) -> bool {
+        self.source(s)
+            .holder
+            .compare_exchange(NONE, me, SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    /// `me` was handed its `handed`-th event of `s` since it last went to the back of the line:
+    /// moves the head past it when the rotation is due. Returns the new count.
+    pub(crate) fn note_handed(&self, s: usize, me: u32, handed: u32) -> u32 {
+        if self.rotate_every == 0 || handed < self.rotate_every {
+            return handed;
+        }
+        let high = self.shared.high().max(1);
+        self.source(s).line_head.store((me + 1) % high, SeqCst);
+        0
+    }
+
+    /// `me` consumed the readiness of `s`: the leader may watch it again.
+    pub(crate) fn release(&self, s: usize, me: u32) {
+        let src = self.source(s);
+        if src
+            .holder
+            .compare_exchange(me, NONE, SeqCst, SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        let leader = src.leader.load(SeqCst);
+        if leader != NONE && leader != me {
+            self.bells.ring(leader);
+        }
+    }
+
+    /// Is member `m` alive? (threads of this process always are)
+    fn alive(&self, m: u32) -> bool {
+        let slot = self.shared.member(m);
+        let st = slot.state.load(SeqCst);
+        if st != state::IDLE && st != state::BUSY {
+            return false;
+        }
+        self.live.is_alive(m, slot.pid.load(SeqCst))
+    }
+
+    /// Whom `me` depends on for source `s` and must check on: the leader if `me` passed it the
+    /// token last, the holder if `me` leads and waits for it. Only members of other processes.
+    fn dependency(&self, s: usize, me: u32) -> Option<u32> {
+        let src = self.source(s);
+        let other = |m: u32| {
+            m != NONE && m != me && self.shared.member(m).pid.load(SeqCst) != std::process::id()
+        };
+        let leader = src.leader.load(SeqCst);
+        let holder = src.holder.load(SeqCst);
+        if leader == me && other(holder) {
+            Some(holder)
+        } else if src.watcher.load(SeqCst) == me && other(leader) {
+            Some(leader)
+        } else {
+            None
+        }
+    }
+
+    /// Must `me` wake up periodically to check on another process for `s`?
+    pub(crate) fn must_check(&self, s: usize, me: u32) -> bool {
+        self.dependency(s, me).is_some()
+    }
+
+    /// Checks the member `me` depends on for `s` and clears it out if it died.
+    pub(crate) fn check(&self, s: usize, me: u32) {
+        if let Some(m) = self.dependency(s, me) {
+            if !self.alive(m) {
+                self.reap(m);
+            }
+        }
+    }
+
+    /// Clears out member `m`, whose process died: frees what it held, passes its tokens on.
+    pub(crate) fn reap(&self, m: u32) {
+        let slot = self.shared.member(m);
+        let st = slot.state.load(SeqCst);
+        if (st == state::IDLE || st == state::BUSY)
+            && slot
+                .state
+                .compare_exchange(st, state::DEAD, SeqCst, SeqCst)
+                .is_err()
+        {
+            return;
+        }
+        for s in 0..crate::shared::MAX_SOURCES {
+            let src = self.source(s);
+            if src.id.load(SeqCst) == 0 || !src.has_member(m) {
+                continue;
+            }
+            src.set_member(m, false);
+            self.release(s, m);
+            if src.leader.load(SeqCst) == m {
+                self.pass(s, m);
+            }
+        }
+    }
+}

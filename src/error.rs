@@ -1,0 +1,143 @@
+//! The typed errors of herdless.
+//!
+//! Every refusal has its own variant whose message names the problem, so a caller can match on
+//! it and a person can read it. Any error converts into `std::io::Error` (the convention of
+//! `polling` and `mio`), keeping the variant's message as the error text.
+
+use std::io;
+
+use crate::group::Backend;
+
+/// The raw descriptor type of this platform, as it appears in error messages.
+#[cfg(unix)]
+pub type RawSource = std::os::fd::RawFd;
+/// The raw socket type of this platform, as it appears in error messages.
+#[cfg(windows)]
+pub type RawSource = std::os::windows::io::RawSocket;
+
+/// What can go wrong in herdless. Each refusal leaves every registration as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The chosen backend cannot work here: not this OS, or the kernel refused the flag.
+    #[error("the {backend:?} backend is not available here: {reason}")]
+    BackendUnavailable {
+        /// The backend that was asked for.
+        backend: Backend,
+        /// Why it cannot work here.
+        reason: String,
+    },
+    /// The descriptor is not open (closed, or never opened).
+    #[error("descriptor {fd} is not open (closed or never opened)")]
+    BadDescriptor {
+        /// The descriptor number.
+        fd: RawSource,
+    },
+    /// The kernel will not watch this kind of descriptor (a regular file or a directory).
+    #[error("descriptor {fd} cannot be watched: {reason}")]
+    UnwatchableDescriptor {
+        /// The descriptor number.
+        fd: RawSource,
+        /// What the kernel said.
+        reason: &'static str,
+    },
+    /// The descriptor is already registered with this waiter.
+    #[error("descriptor {fd} is already registered with this waiter (use modify)")]
+    AlreadyRegistered {
+        /// The descriptor number.
+        fd: RawSource,
+    },
+    /// The descriptor was never registered with this waiter (or was deleted).
+    #[error("descriptor {fd} is not registered with this waiter")]
+    NotRegistered {
+        /// The descriptor number.
+        fd: RawSource,
+    },
+    /// The key is reserved by herdless for its own wake-ups.
+    #[error("key {key} is reserved by herdless (keys from usize::MAX - 1 up are internal)")]
+    ReservedKey {
+        /// The key that was refused.
+        key: usize,
+    },
+    /// The interest asks for a combination no backend can honour.
+    #[error("refused interest: {reason}")]
+    InvalidInterest {
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// `wait` was given an `Events` buffer that cannot hold a single event.
+    #[error("the Events buffer has capacity 0: it cannot receive an event")]
+    ZeroCapacity,
+    /// The group has no free member slot.
+    #[error(
+        "the group is full: it was built for at most {max} members (GroupBuilder::max_members)"
+    )]
+    GroupFull {
+        /// The group's size.
+        max: usize,
+    },
+    /// The group has too many distinct exclusive descriptors for the emulation's shared table.
+    #[error(
+        "the group already watches {max} distinct exclusive descriptors, the most it can share"
+    )]
+    TooManySources {
+        /// The size of the shared table.
+        max: usize,
+    },
+    /// A Waiter was used in a process other than the one that joined (it moved across `fork`).
+    #[error("this waiter was joined by process {joined_pid} and cannot be used in process {current_pid}: join the group again in the child")]
+    ForkedWaiter {
+        /// The process that joined.
+        joined_pid: u32,
+        /// The process that used it.
+        current_pid: u32,
+    },
+    /// A builder setting is out of range.
+    #[error("invalid group setting: {reason}")]
+    InvalidSetting {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Any other failure of the operating system.
+    #[error("{context}: {source}")]
+    Io {
+        /// What herdless was doing.
+        context: &'static str,
+        /// What the operating system said.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The result type of herdless.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Wraps an operating-system error with what herdless was doing.
+    pub(crate) fn io(context: &'static str, source: io::Error) -> Error {
+        Error::Io { context, source }
+    }
+
+    fn kind(&self) -> io::ErrorKind {
+        match self {
+            Error::BackendUnavailable { .. } => io::ErrorKind::Unsupported,
+            Error::BadDescriptor { .. }
+            | Error::UnwatchableDescriptor { .. }
+            | Error::ReservedKey { .. }
+            | Error::InvalidInterest { .. }
+            | Error::ZeroCapacity
+            | Error::InvalidSetting { .. }
+            | Error::ForkedWaiter { .. } => io::ErrorKind::InvalidInput,
+            Error::AlreadyRegistered { .. } => io::ErrorKind::AlreadyExists,
+            Error::NotRegistered { .. } => io::ErrorKind::NotFound,
+            Error::GroupFull { .. } | Error::TooManySources { .. } => io::ErrorKind::OutOfMemory,
+            Error::Io { source, .. } => source.kind(),
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(err: Error) -> io::Error {
+        io::Error::new(err.kind(), err)
+    }
+}

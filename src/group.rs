@@ -1,0 +1,226 @@
+//! The group: the set of waiters that share descriptors, and the backend they all use.
+//!
+//! A group is built once, before threads are spawned or workers forked; every member then
+//! `join`s it and gets its own [`Waiter`] with its own kernel poll instance. The group owns what
+//! the members share: the member slots and statistics, and, for the emulation, the token and the
+//! door bells (see `emulated`). Cloning a `Group` is cheap; a clone, or the copy a forked child
+//! inherits, is the same group.
+
+use std::sync::Arc;
+
+use crate::emulated::EmulatedGroup;
+use crate::error::{Error, Result};
+use crate::shared::{state, SharedState};
+use crate::waiter::Waiter;
+
+/// Which mechanism delivers exclusive, fair wake-ups.
+///
+/// | OS      | `Auto` resolves to | `Native` | `Emulated` |
+/// |---------|--------------------|----------|------------|
+/// | Linux   | `Native` (`EPOLLEXCLUSIVE` + rotation) if the kernel takes the flag, else `Emulated` | yes | yes |
+/// | others  | `Emulated` (token passing over `polling`) | error | yes |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The best backend this system supports.
+    Auto,
+    /// The kernel's own exclusive wake-ups (Linux `EPOLLEXCLUSIVE`), rotated by delete and re-add.
+    Native,
+    /// Userspace token passing (Leader/Followers) on top of the `polling` crate.
+    Emulated,
+}
+
+/// Builds a [`Group`]. See [`Group::builder`].
+#[derive(Debug, Clone)]
+pub struct GroupBuilder {
+    backend: Backend,
+    rotate_every: u32,
+    max_members: usize,
+}
+
+/// The default number of member slots.
+pub const DEFAULT_MAX_MEMBERS: usize = 64;
+/// The most member slots a group may have.
+pub const MAX_MEMBERS_LIMIT: usize = 4096;
+
+impl GroupBuilder {
+    /// Chooses the backend (default [`Backend::Auto`]).
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// After a member has been handed `n` events of an exclusive descriptor, it goes to the back
+    /// of the line. `0` never rotates (the kernel's raw behaviour: the first idle waiter in
+    /// registration order takes everything); the default `1` is strict turn-taking.
+    pub fn rotate_every(mut self, n: u32) -> Self {
+        self.rotate_every = n;
+        self
+    }
+
+    /// How many members may join (default 64, at most 4096). The emulation keeps one door bell
+    /// (a pipe) per slot, so each slot costs two descriptors in every member process.
+    pub fn max_members(mut self, n: usize) -> Self {
+        self.max_members = n;
+        self
+    }
+
+    /// Builds the group.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BackendUnavailable`] if `Native` was asked for where the kernel has no exclusive
+    /// wake-ups; [`Error::InvalidSetting`] for a member count out of range; [`Error::Io`] if the
+    /// shared memory or the door bells cannot be made.
+    pub fn build(self) -> Result<Group> {
+        if self.max_members == 0 || self.max_members > MAX_MEMBERS_LIMIT {
+            return Err(Error::InvalidSetting {
+                reason: format!(
+                    "max_members must be between 1 and {MAX_MEMBERS_LIMIT}, not {}",
+                    self.max_members
+                ),
+            });
+        }
+        let backend = match self.backend {
+            Backend::Emulated => Backend::Emulated,
+            Backend::Native => match crate::platform::probe() {
+                Ok(()) => Backend::Native,
+                Err(reason) => {
+                    return Err(Error::BackendUnavailable {
+                        backend: Backend::Native,
+                        reason,
+                    })
+                }
+            },
+            Backend::Auto => match crate::platform::probe() {
+                Ok(()) => Backend::Native,
+                Err(_) => Backend::Emulated,
+            },
+        };
+        let shared = SharedState::new(self.max_members)?;
+        let emulation = match backend {
+            Backend::Emulated => Some(EmulatedGroup::new(self.max_members)?),
+            _ => None,
+        };
+        Ok(Group {
+            inner: Arc::new(GroupInner {
+                backend,
+                rotate_every: self.rotate_every,
+                shared,
+                emulation,
+            }),
+        })
+    }
+}
+
+/// What all members of a group share.
+pub(crate) struct GroupInner {
+    pub(crate) backend: Backend,
+    pub(crate) rotate_every: u32,
+    pub(crate) shared: SharedState,
+    /// The emulation's door bells and liveness locks (only for `Backend::Emulated`).
+    pub(crate) emulation: Option<EmulatedGroup>,
+}
+
+/// The set of waiters sharing descriptors. Cheap to clone, `Send + Sync`, and valid in a child
+/// after `fork` (build it before spawning threads or forking workers).
+///
+/// ```
+/// use herdless::{Backend, Group};
+/// let group = Group::builder().backend(Backend::Emulated).rotate_every(1).build()?;
+/// assert_eq!(group.backend(), Backend::Emulated);
+/// let waiter = group.join()?;
+/// assert_eq!(group.stats().len(), 1);
+/// drop(waiter);
+/// # Ok::<(), herdless::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Group {
+    pub(crate) inner: Arc<GroupInner>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("backend", &self.inner.backend)
+            .field("rotate_every", &self.inner.rotate_every)
+            .field("max_members", &self.inner.shared.capacity())
+            .finish()
+    }
+}
+
+/// One member's counters, as [`Group::stats`] reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberStats {
+    /// The member's slot in the group (join order, reused after a member is gone).
+    pub member: usize,
+    /// The member's process.
+    pub pid: u32,
+    /// Is the member still joined? (false once it left, or died and was noticed)
+    pub alive: bool,
+    /// Times the member's kernel wait returned.
+    pub wakeups: u64,
+    /// Events handed to the member's caller.
+    pub events: u64,
+    /// Wake-ups for readiness that left nothing to hand over (someone else had taken it).
+    pub empty_wakeups: u64,
+    /// Wake-ups that only passed the emulation's token (0 for the native backend).
+    pub token_wakeups: u64,
+}
+
+impl Group {
+    /// Starts building a group: `Backend::Auto`, `rotate_every(1)`, 64 members.
+    pub fn builder() -> GroupBuilder {
+        GroupBuilder {
+            backend: Backend::Auto,
+            rotate_every: 1,
+            max_members: DEFAULT_MAX_MEMBERS,
+        }
+    }
+
+    /// The backend in force (`Auto` already resolved).
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// The rotation setting the group was built with.
+    pub fn rotate_every(&self) -> u32 {
+        self.inner.rotate_every
+    }
+
+    /// How many members may join.
+    pub fn max_members(&self) -> usize {
+        self.inner.shared.capacity() as usize
+    }
+
+    /// Joins the group: one Waiter per thread or process, each with its own kernel poll
+    /// instance. Call it in the thread or process that will wait (after `fork`, in the child).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::GroupFull`] when every slot is taken; [`Error::Io`] if the poll instance cannot
+    /// be made.
+    pub fn join(&self) -> Result<Waiter> {
+        Waiter::join(self.inner.clone())
+    }
+
+    /// Per-member counters of every member that ever joined, readable from any thread, and from
+    /// any process of the group (a parent reads its forked members' figures after they exit).
+    pub fn stats(&self) -> Vec<MemberStats> {
+        let shared = &self.inner.shared;
+        (0..shared.capacity())
+            .filter_map(|i| {
+                let slot = shared.member(i);
+                let st = slot.state.load(std::sync::atomic::Ordering::SeqCst);
+                (st != state::FREE).then(|| MemberStats {
+                    member: i as usize,
+                    pid: slot.pid.load(std::sync::atomic::Ordering::SeqCst),
+                    alive: st == state::IDLE || st == state::BUSY,
+                    wakeups: slot.wakeups.load(std::sync::atomic::Ordering::SeqCst),
+                    events: slot.events.load(std::sync::atomic::Ordering::SeqCst),
+                    empty_wakeups: slot.empty_wakeups.load(std::sync::atomic::Ordering::SeqCst),
+                    token_wakeups: slot.token_wakeups.load(std::sync::atomic::Ordering::SeqCst),
+                })
+            })
+            .collect()
+    }
+}

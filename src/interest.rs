@@ -1,0 +1,170 @@
+//! What a waiter asks for (`Interest`) and what it gets back (`Event`, `Events`).
+//!
+//! `Interest` carries the two cures as flags on one registration: `exclusive` (the POLLEXCL
+//! proposal: an event on a shared descriptor wakes exactly one waiter of the group) and
+//! `one_event_round_robin` (the POLLONE proposal: a wait returns at most one event and ready
+//! descriptors are served in turn). `Events` is a reusable buffer, as in `polling` and `mio`.
+
+use crate::error::{Error, Result};
+
+/// Keys from this value up are reserved for herdless's own wake-ups.
+pub(crate) const FIRST_RESERVED_KEY: usize = usize::MAX - 1;
+
+/// What a registration waits for, and how its events are shared within the group.
+///
+/// ```
+/// use herdless::Interest;
+/// let shared = Interest::READABLE.exclusive().one_event_round_robin();
+/// assert!(shared.is_readable() && shared.is_exclusive() && shared.is_one_event_round_robin());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Interest {
+    readable: bool,
+    writable: bool,
+    exclusive: bool,
+    one_event_round_robin: bool,
+}
+
+impl Interest {
+    /// Wait until the descriptor is readable (or an accept is pending).
+    pub const READABLE: Interest = Interest {
+        readable: true,
+        writable: false,
+        exclusive: false,
+        one_event_round_robin: false,
+    };
+    /// Wait until the descriptor is writable.
+    pub const WRITABLE: Interest = Interest {
+        readable: false,
+        writable: true,
+        exclusive: false,
+        one_event_round_robin: false,
+    };
+
+    /// Also wait for writability (or readability): `READABLE.add(WRITABLE)`.
+    #[must_use]
+    pub const fn add(self, other: Interest) -> Interest {
+        Interest {
+            readable: self.readable || other.readable,
+            writable: self.writable || other.writable,
+            exclusive: self.exclusive || other.exclusive,
+            one_event_round_robin: self.one_event_round_robin || other.one_event_round_robin,
+        }
+    }
+
+    /// An event on this descriptor wakes exactly one waiter of the group (POLLEXCL).
+    #[must_use]
+    pub const fn exclusive(mut self) -> Interest {
+        self.exclusive = true;
+        self
+    }
+
+    /// A wait that watches this descriptor returns at most one event, and ready descriptors are
+    /// served in turn (POLLONE).
+    #[must_use]
+    pub const fn one_event_round_robin(mut self) -> Interest {
+        self.one_event_round_robin = true;
+        self
+    }
+
+    /// Does this interest include readability?
+    pub const fn is_readable(self) -> bool {
+        self.readable
+    }
+    /// Does this interest include writability?
+    pub const fn is_writable(self) -> bool {
+        self.writable
+    }
+    /// Is this registration exclusive within the group?
+    pub const fn is_exclusive(self) -> bool {
+        self.exclusive
+    }
+    /// Does this registration limit each wait to one event, served in turn?
+    pub const fn is_one_event_round_robin(self) -> bool {
+        self.one_event_round_robin
+    }
+
+    /// Checks what every backend refuses, before anything reaches the kernel.
+    pub(crate) fn validate(self, key: usize) -> Result<()> {
+        if key >= FIRST_RESERVED_KEY {
+            return Err(Error::ReservedKey { key });
+        }
+        if !self.readable && !self.writable {
+            return Err(Error::InvalidInterest {
+                reason: "neither readable nor writable: there is nothing to wait for",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One readiness event handed to one waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// The key given when the descriptor was registered.
+    pub key: usize,
+    /// The descriptor is readable (or has a pending connection, or hung up).
+    pub readable: bool,
+    /// The descriptor is writable.
+    pub writable: bool,
+}
+
+/// A reusable buffer of events filled by [`Waiter::wait`](crate::Waiter::wait).
+///
+/// ```
+/// let mut events = herdless::Events::with_capacity(16);
+/// assert_eq!(events.capacity(), 16);
+/// assert!(events.is_empty());
+/// events.clear();
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Events {
+    list: Vec<Event>,
+    capacity: usize,
+}
+
+impl Events {
+    /// A buffer that receives at most `capacity` events per wait. A capacity of 0 is allowed
+    /// here and refused by `wait` with [`Error::ZeroCapacity`].
+    pub fn with_capacity(capacity: usize) -> Events {
+        Events {
+            list: Vec::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    /// The events of the last wait.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Event> + '_ {
+        self.list.iter().copied()
+    }
+
+    /// How many events the last wait returned.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Did the last wait return no event?
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The most events one wait may return into this buffer.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forgets the events of the last wait.
+    pub fn clear(&mut self) {
+        self.list.clear();
+    }
+
+    /// Room left in this wait.
+    pub(crate) fn room(&self) -> usize {
+        self.capacity - self.list.len()
+    }
+
+    pub(crate) fn push(&mut self, event: Event) {
+        debug_assert!(self.list.len() < self.capacity);
+        self.list.push(event);
+    }
+}

@@ -1,0 +1,70 @@
+//! # herdless
+//!
+//! Exclusive, fair wake-ups for many processes or threads waiting on one shared descriptor (a
+//! listening socket, a pipe, a POSIX message queue).
+//!
+//! Two cures, one facade:
+//!
+//! - **exclusive** ([`Interest::exclusive`], the POLLEXCL proposal): an event on a shared
+//!   descriptor wakes exactly one waiter of the [`Group`], not the whole herd;
+//! - **one event, round robin** ([`Interest::one_event_round_robin`], the POLLONE proposal): a
+//!   wait returns at most one event, ready descriptors are served in turn, and with
+//!   [`GroupBuilder::rotate_every`] the group's waiters take events in turn instead of the first
+//!   registered one taking everything.
+//!
+//! # Backends
+//!
+//! | OS | `Backend::Auto` | mechanism |
+//! |----|-----------------|-----------|
+//! | Linux | `Native` | one epoll per waiter, `EPOLLEXCLUSIVE`, rotation by delete + re-add (nginx 1.21.6) |
+//! | Linux, on request | `Emulated` | token passing (Leader/Followers) over `polling` (epoll) |
+//! | macOS, FreeBSD, other BSDs | `Emulated` | token passing over `polling` (kqueue) |
+//! | Windows | `Emulated` | token passing over `polling` (IOCP), sockets, threads only |
+//!
+//! # Example
+//!
+//! ```
+//! # #[cfg(unix)] {
+//! use herdless::{Events, Group, Interest};
+//! use std::io::{Read, Write};
+//! use std::os::unix::net::UnixStream;
+//! use std::time::Duration;
+//!
+//! let group = Group::builder().rotate_every(1).build()?; // built before threads or fork
+//! let (mut tx, mut rx) = UnixStream::pair()?;
+//! rx.set_nonblocking(true)?;
+//! let mut waiter = group.join()?; // one per thread or process
+//! waiter.add(&rx, 0, Interest::READABLE.exclusive().one_event_round_robin())?;
+//! tx.write_all(b"job")?;
+//! let mut events = Events::with_capacity(16);
+//! waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
+//! for event in events.iter() {
+//!     let mut buf = [0; 3];
+//!     rx.read_exact(&mut buf)?;
+//!     waiter.consumed(event.key)?; // the readiness is consumed: the group may go on
+//! }
+//! waiter.delete(&rx)?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod counters;
+mod emulated;
+mod error;
+mod group;
+mod interest;
+#[path = "../platform/mod.rs"]
+mod platform;
+mod shared;
+mod source;
+mod waiter;
+
+pub use error::{Error, RawSource, Result};
+pub use group::{
+    Backend, Group, GroupBuilder, MemberStats, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT,
+};
+pub use interest::{Event, Events, Interest};
+pub use source::AsSource;
+pub use waiter::{Notifier, Waiter};

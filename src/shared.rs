@@ -1,0 +1,250 @@
+//! The group's shared state: member slots with their statistics, and the token of the emulation.
+//!
+//! It lives in one anonymous shared mapping made when the group is built, so that threads and
+//! processes forked afterwards all see the same memory (on systems without `fork`, a plain heap
+//! allocation). Everything in it is an atomic, updated with compare-and-swap and never under a
+//! lock: a member killed at any instant must not leave the others stuck behind a lock it held.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+
+use crate::error::{Error, Result};
+
+/// "No member" in a member-index field.
+pub(crate) const NONE: u32 = u32::MAX;
+/// How many distinct exclusive descriptors a group can share under the emulation.
+pub(crate) const MAX_SOURCES: usize = 64;
+
+/// The life of a member slot.
+pub(crate) mod state {
+    /// Never used.
+    pub const FREE: u32 = 0;
+    /// Joined, inside `wait` (or about to be).
+    pub const IDLE: u32 = 1;
+    /// Joined, handling an event (outside `wait`).
+    pub const BUSY: u32 = 2;
+    /// Left cleanly; its statistics stay readable.
+    pub const LEFT: u32 = 3;
+    /// Its process died without leaving; found and cleared by another member.
+    pub const DEAD: u32 = 4;
+}
+
+/// One member's slot.
+#[repr(C)]
+pub(crate) struct MemberSlot {
+    /// One of [`state`]. FREE → IDLE ⇄ BUSY → LEFT | DEAD; LEFT and DEAD may be joined again.
+    pub state: AtomicU32,
+    /// The process of the member (0 while FREE).
+    pub pid: AtomicU32,
+    /// Set by a `Notifier`, cleared by the member's next `wait` that sees it.
+    pub notified: AtomicU32,
+    /// Times the member's kernel wait returned.
+    pub wakeups: AtomicU64,
+    /// Events handed to the member's caller.
+    pub events: AtomicU64,
+    /// Wake-ups for readiness that left nothing to hand over (another member had it).
+    pub empty_wakeups: AtomicU64,
+    /// Wake-ups that only carried the emulation's token (no event, no notification).
+    pub token_wakeups: AtomicU64,
+}
+
+/// Words in a source's member bitmap (one bit per possible member).
+pub(crate) const MEMBER_WORDS: usize = crate::group::MAX_MEMBERS_LIMIT / 64;
+
+/// One exclusive descriptor shared by the group (emulation only). Each source has its own
+/// token, so members that register different sets of descriptors are still all served.
+#[repr(C)]
+pub(crate) struct SourceSlot {
+    /// A non-zero digest of the open file's identity (device, inode); 0 while unused.
+    pub id: AtomicU64,
+    /// The member handling this source's last event, or NONE. The leader does not watch the
+    /// source again until the holder has consumed the readiness.
+    pub holder: AtomicU32,
+    /// The token: the member that watches this source, or NONE.
+    pub leader: AtomicU32,
+    /// The member that last handed the token on; it checks that the leader is alive.
+    pub watcher: AtomicU32,
+    /// Where the line starts: the next leader is the first idle member from here on.
+    pub line_head: AtomicU32,
+    /// Which members have registered this source (bit n: member n).
+    pub members: [AtomicU64; MEMBER_WORDS],
+}
+
+impl SourceSlot {
+    pub(crate) fn has_member(&self, m: u32) -> bool {
+        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
+    }
+    pub(crate) fn set_member(&self, m: u32, on: bool) {
+        let bit = 1u64 << (m % 64);
+        if on {
+            self.members[m as usize / 64].fetch_or(bit, SeqCst);
+        } else {
+            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
+        }
+    }
+}
+
+/// The fixed part of the shared state.
+#[repr(C)]
+pub(crate) struct Header {
+    /// One more than the highest slot ever claimed: members live in `0..high`.
+    pub high: AtomicU32,
+    /// Shared exclusive descriptors.
+    pub sources: [SourceSlot; MAX_SOURCES],
+}
+
+/// The shared state of one group: a header followed by `capacity` member slots.
+pub(crate) struct SharedState {
+    ptr: *mut u8,
+    capacity: usize,
+}
+
+// SAFETY: the mapping is only ever accessed through atomics, from any thread.
+unsafe impl Send for SharedState {}
+// SAFETY: as above; no `&mut` to the mapping is ever handed out.
+unsafe impl Sync for SharedState {}
+
+fn layout(capacity: usize) -> std::alloc::Layout {
+    let size = std::mem::size_of::<Header>() + capacity * std::mem::size_of::<MemberSlot>();
+    std::alloc::Layout::from_size_align(size, 64).expect("shared state layout")
+}
+
+impl SharedState {
+    /// Maps zeroed shared memory for a group of `capacity` members (all-zero atomics are valid).
+    pub(crate) fn new(capacity: usize) -> Result<SharedState> {
+        let layout = layout(capacity);
+        #[cfg(unix)]
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched. MAP_SHARED keeps it
+        // shared with children forked later.
+        let ptr = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANON,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(Error::io(
+                    "mapping the group's shared memory",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            p.cast::<u8>()
+        };
+        #[cfg(not(unix))]
+        // SAFETY: the layout has a non-zero size (the header is never empty).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        #[cfg(not(unix))]
+        if ptr.is_null() {
+            return Err(Error::io(
+                "allocating the group's shared state",
+                std::io::ErrorKind::OutOfMemory.into(),
+            ));
+        }
+        let shared = SharedState { ptr, capacity };
+        for s in &shared.header().sources {
+            for f in [&s.holder, &s.leader, &s.watcher] {
+                f.store(NONE, SeqCst);
+            }
+        }
+        Ok(shared)
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header, is aligned to 64 and lives as long as self.
+        unsafe { &*self.ptr.cast::<Header>() }
+    }
+
+    /// The slot of member `index` (< capacity).
+    pub(crate) fn member(&self, index: u32) -> &MemberSlot {
+        assert!(
+            (index as usize) < self.capacity,
+            "member index out of range"
+        );
+        // SAFETY: slots follow the header; index is in range; MemberSlot's alignment (8)
+        // divides the header's size, a multiple of 8.
+        unsafe {
+            &*self
+                .ptr
+                .add(std::mem::size_of::<Header>())
+                .cast::<MemberSlot>()
+                .add(index as usize)
+        }
+    }
+
+    /// How many member slots the group has.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity as u32
+    }
+
+    /// One more than the highest member slot ever claimed.
+    pub(crate) fn high(&self) -> u32 {
+        self.header().high.load(SeqCst)
+    }
+
+    pub(crate) fn source(&self, index: usize) -> &SourceSlot {
+        &self.header().sources[index]
+    }
+
+    /// Takes a slot for a new member: a never-used one first, then one whose member is gone.
+    pub(crate) fn claim_slot(&self, pid: u32) -> Result<u32> {
+        for wanted in [state::FREE, state::LEFT, state::DEAD] {
+            for i in 0..self.capacity() {
+                let slot = self.member(i);
+                if slot
+                    .state
+                    .compare_exchange(wanted, state::BUSY, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    for c in [
+                        &slot.wakeups,
+                        &slot.events,
+                        &slot.empty_wakeups,
+                        &slot.token_wakeups,
+                    ] {
+                        c.store(0, SeqCst);
+                    }
+                    slot.notified.store(0, SeqCst);
+                    slot.pid.store(pid, SeqCst);
+                    self.header().high.fetch_max(i + 1, SeqCst);
+                    return Ok(i);
+                }
+            }
+        }
+        Err(Error::GroupFull { max: self.capacity })
+    }
+
+    /// Finds or takes the source slot of the open file `id` (non-zero). Lock-free: two members
+    /// adding the same file at once land on the same slot.
+    pub(crate) fn source_index(&self, id: u64) -> Result<usize> {
+        debug_assert_ne!(id, 0);
+        let sources = &self.header().sources;
+        let start = (id % MAX_SOURCES as u64) as usize;
+        for probe in 0..MAX_SOURCES {
+            let i = (start + probe) % MAX_SOURCES;
+            match sources[i].id.compare_exchange(0, id, SeqCst, SeqCst) {
+                Ok(_) => return Ok(i),
+                Err(existing) if existing == id => return Ok(i),
+                Err(_) => continue,
+            }
+        }
+        Err(Error::TooManySources { max: MAX_SOURCES })
+    }
+}
+
+impl Drop for SharedState {
+    fn drop(&mut self) {
+        let layout = layout(self.capacity);
+        #[cfg(unix)]
+        // SAFETY: ptr/len are those of our own mapping, unmapped once, when the last handle goes.
+        unsafe {
+            libc::munmap(self.ptr.cast(), layout.size());
+        }
+        #[cfg(not(unix))]
+        // SAFETY: allocated in `new` with the same layout.
+        unsafe {
+            std::alloc::dealloc(self.ptr, layout);
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The Waiter: one member's handle, with its own kernel poll instance, and its Notifier.
+//!
+//! Every public call checks what is the same for every backend (reserved keys, an empty
+//! `Events` buffer, a waiter carried across `fork`) and then hands over to the backend the group
+//! was built with: `platform` for the native one, `emulated` for token passing. After `wait` has
+//! handed out an event of an exclusive descriptor, call [`Waiter::consumed`] as soon as the
+//! read or accept is done; the next `wait` does it for you otherwise. That is the moment the
+//! waiter goes to the back of the line and the group watches the descriptor again.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
+use crate::error::{Error, Result};
+use crate::group::{Backend, GroupInner};
+use crate::interest::{Events, Interest};
+use crate::platform::{NativeNotifier, NativeWaiter};
+use crate::shared::state;
+use crate::source::{raw_of, AsSource};
+
+/// The backend-specific half of a waiter.
+enum Engine {
+    Native(NativeWaiter),
+    Emulated(EmulatedWaiter),
+}
+
+/// One member of a [`Group`](crate::Group): registers descriptors and waits for their events.
+///
+/// ```
+/// # #[cfg(unix)] {
+/// use herdless::{Backend, Events, Group, Interest};
+/// use std::io::Write;
+/// use std::os::unix::net::UnixStream;
+/// use std::time::Duration;
+///
+/// let group = Group::builder().backend(Backend::Emulated).build()?;
+/// let mut waiter = group.join()?;
+/// let (mut tx, rx) = UnixStream::pair()?;
+/// waiter.add(&rx, 7, Interest::READABLE.exclusive())?;
+/// tx.write_all(b"x")?;
+/// let mut events = Events::with_capacity(8);
+/// waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
+/// assert_eq!(events.iter().next().map(|e| e.key), Some(7));
+/// waiter.delete(&rx)?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Waiter {
+    group: Arc<GroupInner>,
+    member: u32,
+    pid: u32,
+    engine: Engine,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("member", &self.member)
+            .field("pid", &self.pid)
+            .field("backend", &self.group.backend)
+            .finish()
+    }
+}
+
+impl Waiter {
+    pub(crate) fn join(group: Arc<GroupInner>) -> Result<Waiter> {
+        let pid = std::process::id();
+        let member = group.shared.claim_slot(pid)?;
+        let engine = match group.backend {
+            Backend::Emulated => EmulatedWaiter::new(&group, member).map(Engine::Emulated),
+            _ => NativeWaiter::new(group.rotate_every).map(Engine::Native),
+        };
+        match engine {
+            Ok(engine) => {
+                group.shared.member(member).state.store(state::BUSY, SeqCst);
+                Ok(Waiter {
+                    group,
+                    member,
+                    pid,
+                    engine,
+                })
+            }
+            Err(e) => {
+                group.shared.member(member).state.store(state::LEFT, SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    /// This member's slot in the group, as in [`MemberStats::member`](crate::MemberStats).
+    pub fn member(&self) -> usize {
+        self.member as usize
+    }
+
+    /// Registers `fd` under `key`. The caller keeps `fd` open until it is deleted (closing a
+    /// registered descriptor is tolerated: the next `wait` forgets it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservedKey`], [`Error::InvalidInterest`], [`Error::AlreadyRegistered`],
+    /// [`Error::BadDescriptor`] (closed or never opened), [`Error::UnwatchableDescriptor`]
+    /// (a regular file or directory), [`Error::ForkedWaiter`]. Nothing changes on error.
+    pub fn add(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
+        self.check_process()?;
+        interest.validate(key)?;
+        let raw = raw_of(&fd);
+        match &mut self.engine {
+            Engine::Native(n) => n.add(raw, key, interest),
+            Engine::Emulated(e) => e.add(&self.group, raw, key, interest),
+        }
+    }
+
+    /// Changes the key or interest of a registered `fd`. An exclusive registration is changed by
+    /// delete and re-add, so the kernel's refusal of `EPOLL_CTL_MOD` never reaches the caller.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add), with [`Error::NotRegistered`] for an fd never added.
+    pub fn modify(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
+        self.check_process()?;
+        interest.validate(key)?;
+        let raw = raw_of(&fd);
+        match &mut self.engine {
+            Engine::Native(n) => n.modify(raw, key, interest),
+            Engine::Emulated(e) => e.modify(&self.group, raw, key, interest),
+        }
+    }
+
+    /// Stops watching `fd`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotRegistered`] for an fd never added, [`Error::ForkedWaiter`].
+    pub fn delete(&mut self, fd: impl AsSource) -> Result<()> {
+        self.check_process()?;
+        let raw = raw_of(&fd);
+        match &mut self.engine {
+            Engine::Native(n) => n.delete(raw),
+            Engine::Emulated(e) => e.delete(&self.group, raw),
+        }
+    }
+
+    /// Waits for events, at most `events.capacity()` of them (one if any registration asked for
+    /// `one_event_round_robin`), or until `timeout` passes, or until a [`Notifier`] wakes it.
+    /// Returns how many events were put into `events` (0 on timeout or notification). An
+    /// interrupting signal is not an error: the wait goes on.
+    ///
+    /// Coming back to `wait` also tells the group that the events handed out by the previous
+    /// `wait` have been consumed (see [`consumed`](Self::consumed)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroCapacity`], [`Error::ForkedWaiter`], or [`Error::Io`] if the kernel wait
+    /// fails.
+    pub fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<usize> {
+        self.check_process()?;
+        if events.capacity() == 0 {
+            return Err(Error::ZeroCapacity);
+        }
+        events.clear();
+        let slot = self.group.shared.member(self.member);
+        let n = match &mut self.engine {
+            Engine::Native(n) => n.wait(slot, events, timeout),
+            Engine::Emulated(e) => e.wait(&self.group, events, timeout),
+        }?;
+        slot.events.fetch_add(n as u64, SeqCst);
+        Ok(n)
+    }
+
+    /// Says that the readiness of the event with `key` has been consumed (the message read, the
+    /// connection accepted). Call it right after the read or accept and before handling the
+    /// request: only then does the group watch the descriptor again without waking two members
+    /// for one message, and only then does this waiter go to the back of the line. A key with no
+    /// event outstanding is ignored.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForkedWaiter`], or [`Error::Io`] if re-registering fails.
+    pub fn consumed(&mut self, key: usize) -> Result<()> {
+        self.check_process()?;
+        match &mut self.engine {
+            Engine::Native(n) => n.consumed(key),
+            Engine::Emulated(e) => e.consumed(&self.group, key),
+        }
+    }
+
+    /// A handle that wakes this waiter's `wait` from another thread (or, for the emulated
+    /// backend, another process of the group).
+    // Where there is no native backend its arm cannot run; the compiler says so.
+    #[cfg_attr(
+        not(any(target_os = "linux", target_os = "android")),
+        allow(unreachable_code)
+    )]
+    pub fn notifier(&self) -> Notifier {
+        Notifier {
+            inner: match &self.engine {
+                Engine::Native(n) => NotifierInner::Native(n.notifier()),
+                Engine::Emulated(_) => {
+                    NotifierInner::Emulated(EmulatedNotifier::new(self.group.clone(), self.member))
+                }
+            },
+        }
+    }
+
+    fn check_process(&self) -> Result<()> {
+        let current_pid = std::process::id();
+        if current_pid != self.pid {
+            return Err(Error::ForkedWaiter {
+                joined_pid: self.pid,
+                current_pid,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A copy inherited across fork: the member is the parent's; leave it alone.
+            return;
+        }
+        if let Engine::Emulated(e) = &mut self.engine {
+            e.leave(&self.group);
+        }
+        self.group
+            .shared
+            .member(self.member)
+            .state
+            .store(state::LEFT, SeqCst);
+    }
+}
+
+#[derive(Clone)]
+enum NotifierInner {
+    Native(NativeNotifier),
+    Emulated(EmulatedNotifier),
+}
+
+/// Wakes one waiter's `wait`, which then returns 0 events. Cheap to clone; `Send + Sync`.
+/// A notification sent while the waiter is not waiting wakes its next `wait`.
+#[derive(Clone)]
+pub struct Notifier {
+    inner: NotifierInner,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notifier")
+    }
+}
+
+impl Notifier {
+    /// Wakes the waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the wake-up cannot be written.
+    pub fn notify(&self) -> Result<()> {
+        match &self.inner {
+            NotifierInner::Native(n) => n.notify(),
+            NotifierInner::Emulated(e) => e.notify(),
+        }
+    }
+}

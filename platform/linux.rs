@@ -79,6 +79,9 @@ fn epoll_flags(interest: Interest) -> u32 {
     if interest.is_writable() {
         flags |= libc::EPOLLOUT as u32;
     }
+    if interest.is_priority() {
+        flags |= libc::EPOLLPRI as u32;
+    }
     if interest.is_exclusive() {
         flags |= libc::EPOLLEXCLUSIVE as u32;
     }
@@ -323,7 +326,9 @@ impl NativeWaiter {
                 };
                 events.push(Event {
                     key: reg.key,
-                    readable: flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0,
+                    readable: flags
+                        & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLHUP | libc::EPOLLERR) as u32
+                        != 0,
                     writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
                 });
                 if reg.interest.is_exclusive() && self.rotate_every > 0 {

@@ -165,6 +165,9 @@ pub struct MemberStats {
     pub empty_wakeups: u64,
     /// Wake-ups that only passed the emulation's token (0 for the native backend).
     pub token_wakeups: u64,
+    /// Does the member hold the emulation's token of some exclusive descriptor right now?
+    /// (always false for the native backend, where the kernel's wait queue is the line)
+    pub leader: bool,
 }
 
 impl Group {
@@ -219,6 +222,7 @@ impl Group {
                     events: slot.events.load(std::sync::atomic::Ordering::SeqCst),
                     empty_wakeups: slot.empty_wakeups.load(std::sync::atomic::Ordering::SeqCst),
                     token_wakeups: slot.token_wakeups.load(std::sync::atomic::Ordering::SeqCst),
+                    leader: shared.leads_any(i),
                 })
             })
             .collect()

@@ -21,6 +21,7 @@ pub(crate) const FIRST_RESERVED_KEY: usize = usize::MAX - 1;
 pub struct Interest {
     readable: bool,
     writable: bool,
+    priority: bool,
     exclusive: bool,
     one_event_round_robin: bool,
 }
@@ -30,6 +31,7 @@ impl Interest {
     pub const READABLE: Interest = Interest {
         readable: true,
         writable: false,
+        priority: false,
         exclusive: false,
         one_event_round_robin: false,
     };
@@ -37,6 +39,17 @@ impl Interest {
     pub const WRITABLE: Interest = Interest {
         readable: false,
         writable: true,
+        priority: false,
+        exclusive: false,
+        one_event_round_robin: false,
+    };
+    /// Wait for urgent (out-of-band) data: `EPOLLPRI`/`POLLPRI`, reported as readable. Not
+    /// available with `exclusive` (the kernel refuses `EPOLLPRI` with `EPOLLEXCLUSIVE`), and
+    /// ignored by kqueue, which has no such event.
+    pub const PRIORITY: Interest = Interest {
+        readable: false,
+        writable: false,
+        priority: true,
         exclusive: false,
         one_event_round_robin: false,
     };
@@ -47,6 +60,7 @@ impl Interest {
         Interest {
             readable: self.readable || other.readable,
             writable: self.writable || other.writable,
+            priority: self.priority || other.priority,
             exclusive: self.exclusive || other.exclusive,
             one_event_round_robin: self.one_event_round_robin || other.one_event_round_robin,
         }
@@ -75,6 +89,10 @@ impl Interest {
     pub const fn is_writable(self) -> bool {
         self.writable
     }
+    /// Does this interest include urgent data?
+    pub const fn is_priority(self) -> bool {
+        self.priority
+    }
     /// Is this registration exclusive within the group?
     pub const fn is_exclusive(self) -> bool {
         self.exclusive
@@ -89,9 +107,16 @@ impl Interest {
         if key >= FIRST_RESERVED_KEY {
             return Err(Error::ReservedKey { key });
         }
-        if !self.readable && !self.writable {
+        if !self.readable && !self.writable && !self.priority {
             return Err(Error::InvalidInterest {
-                reason: "neither readable nor writable: there is nothing to wait for",
+                reason: "neither readable, writable nor priority: there is nothing to wait for",
+            });
+        }
+        if self.priority && self.exclusive {
+            return Err(Error::InvalidInterest {
+                reason:
+                    "priority with exclusive: the kernel refuses EPOLLPRI with EPOLLEXCLUSIVE, \
+                         and herdless refuses it on every backend",
             });
         }
         Ok(())

@@ -183,6 +183,14 @@ impl SharedState {
         self.header().high.load(SeqCst)
     }
 
+    /// Does member `m` hold the token of any source?
+    pub(crate) fn leads_any(&self, m: u32) -> bool {
+        self.header()
+            .sources
+            .iter()
+            .any(|s| s.id.load(SeqCst) != 0 && s.leader.load(SeqCst) == m)
+    }
+
     pub(crate) fn source(&self, index: usize) -> &SourceSlot {
         &self.header().sources[index]
     }

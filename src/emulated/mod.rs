@@ -402,7 +402,7 @@ impl EmulatedWaiter {
                 seq: reg.seq,
                 event: Event {
                     key: reg.key,
-                    readable: ev.readable,
+                    readable: ev.readable || ev.is_priority(),
                     writable: ev.writable,
                 },
             });
@@ -468,7 +468,9 @@ impl EmulatedWaiter {
     }
 
     fn poller_add(&self, fd: RawSource, interest: Interest) -> Result<()> {
-        let ev = polling::Event::new(fd as usize, interest.is_readable(), interest.is_writable());
+        let mut ev =
+            polling::Event::new(fd as usize, interest.is_readable(), interest.is_writable());
+        ev.set_priority(interest.is_priority());
         // SAFETY: the caller registered this open descriptor and must keep it open until it is
         // deleted; we delete it from the poller on `delete`, when the member stops watching it,
         // and when the member leaves.

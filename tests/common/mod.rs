@@ -1,0 +1,448 @@
+//! Helpers shared by the behaviour tests: real pipes, kernel counters, waiting for a thread to be
+//! asleep in the kernel, fairness figures, and the macro that runs each behaviour against every
+//! backend.
+#![allow(dead_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use herdless::{Backend, Group};
+
+/// Runs each listed behaviour `fn name(backend: Backend)` once per backend:
+/// `native::name` and `emulated::name`.
+#[macro_export]
+macro_rules! against_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod native {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(backend) = $crate::common::native() {
+                        super::$name(backend);
+                    }
+                }
+            )*
+        }
+        mod emulated {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(herdless::Backend::Emulated);
+                }
+            )*
+        }
+    };
+}
+
+/// The native backend, or a loud skip where this kernel has none.
+pub fn native() -> Option<Backend> {
+    match Group::builder().backend(Backend::Native).build() {
+        Ok(_) => Some(Backend::Native),
+        Err(e) => {
+            eprintln!("SKIPPED: the native backend is not available on this machine: {e}");
+            println!("SKIPPED: the native backend is not available on this machine: {e}");
+            None
+        }
+    }
+}
+
+/// The size of one test message: a u64 id.
+pub const MSG: usize = 8;
+
+/// A pipe: (read end, non-blocking; write end, blocking).
+pub fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors, owned from here on.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    set_nonblocking(r.as_raw_fd());
+    (r, w)
+}
+
+pub fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
+    }
+}
+
+/// Writes one message (atomic: 8 bytes < PIPE_BUF).
+pub fn write_msg(fd: RawFd, id: u64) {
+    let buf = id.to_ne_bytes();
+    // SAFETY: writes from a live buffer.
+    let n = unsafe { libc::write(fd, buf.as_ptr().cast(), MSG) };
+    assert_eq!(n, MSG as isize, "write: {}", io::Error::last_os_error());
+}
+
+/// Reads one message; `None` if there was none (EAGAIN: an empty wake-up), `Some(None)` at EOF.
+pub fn read_msg(fd: RawFd) -> Option<Option<u64>> {
+    let mut buf = [0u8; MSG];
+    // SAFETY: reads into a live buffer.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), MSG) };
+    match n {
+        8 => Some(Some(u64::from_ne_bytes(buf))),
+        0 => Some(None),
+        -1 if io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => None,
+        other => panic!("read returned {other}: {}", io::Error::last_os_error()),
+    }
+}
+
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Voluntary context switches of the calling thread: its kernel-level wake-ups.
+pub fn vcsw() -> u64 {
+    herdless::counters::thread_voluntary_switches().expect("getrusage")
+}
+
+/// System calls a waiter sleeps in (x86_64 and aarch64 numbers).
+fn is_wait_syscall(nr: i64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const WAITS: &[i64] = &[7, 232, 271, 281, 441]; // poll, epoll_wait, ppoll, epoll_pwait, epoll_pwait2
+    #[cfg(target_arch = "aarch64")]
+    const WAITS: &[i64] = &[22, 73, 441]; // epoll_pwait, ppoll, epoll_pwait2
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    const WAITS: &[i64] = &[];
+    WAITS.contains(&nr)
+}
+
+/// Is thread `tid` (of process `pid`) asleep in a poll or epoll system call right now?
+pub fn asleep_in_wait(pid: u32, tid: i32) -> bool {
+    let base = format!("/proc/{pid}/task/{tid}");
+    let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    if state != Some("S") {
+        return false;
+    }
+    let syscall = std::fs::read_to_string(format!("{base}/syscall")).unwrap_or_default();
+    syscall
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok())
+        .is_some_and(is_wait_syscall)
+}
+
+/// Waits (bounded) until every listed thread sleeps in the kernel's wait. Checks the real
+/// condition in /proc; it is not a timed sleep.
+pub fn until_asleep(pid: u32, tids: &[i32]) {
+    let start = Instant::now();
+    while !tids.iter().all(|&t| asleep_in_wait(pid, t)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "waiters never fell asleep in the kernel"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Jain's fairness index of a distribution (1 = perfectly even).
+pub fn jain(counts: &[u64]) -> f64 {
+    let n = counts.len() as f64;
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64) * (c as f64)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (n * squares)
+}
+
+/// What one turn-taking run measured.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Messages read, per member, in join order.
+    pub per_member: Vec<u64>,
+    /// Reads that found nothing (user-level empty wake-ups).
+    pub empty_reads: u64,
+    /// Voluntary context switches inside `wait`, all members together (kernel-level wake-ups).
+    pub kernel_wakeups: u64,
+    /// Every message id read, in any order.
+    pub ids: Vec<u64>,
+}
+
+impl Outcome {
+    /// One line for the test log (`cargo test -- --nocapture` shows it).
+    pub fn report(&self, what: &str) {
+        let n = self.total().max(1) as f64;
+        eprintln!(
+            "{what}: per member {:?}, Jain {:.4}, empty reads {}, kernel wake-ups/message {:.2}",
+            self.per_member,
+            jain(&self.per_member),
+            self.empty_reads,
+            self.kernel_wakeups as f64 / n
+        );
+    }
+
+    pub fn total(&self) -> u64 {
+        self.per_member.iter().sum()
+    }
+    pub fn max_share(&self) -> f64 {
+        *self.per_member.iter().max().unwrap() as f64 / self.total().max(1) as f64
+    }
+    /// Checks that every id in 0..n was read exactly once.
+    pub fn assert_exactly_once(&self, n: u64) {
+        let mut ids = self.ids.clone();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            (0..n).collect::<Vec<_>>(),
+            "messages lost or read twice"
+        );
+    }
+}
+
+/// A turn-taking run: one pipe, `members` waiters registered exclusive with one event per
+/// wait, each reading one message per wake-up; the producer writes message i+1 after message i
+/// was read, `gap` later (None: at once).
+#[derive(Debug, Clone, Copy)]
+pub struct Turns {
+    pub backend: Backend,
+    pub rotate_every: u32,
+    pub members: usize,
+    pub messages: u64,
+    pub gap: Option<Duration>,
+}
+
+/// One member's loop: wait, read one message, consume, tell the producer; until EOF.
+/// Returns (count, empty reads, kernel wake-ups, ids).
+fn member_loop(
+    waiter: &mut herdless::Waiter,
+    rx: RawFd,
+    mut ack: impl FnMut(u64),
+) -> (u64, u64, u64, Vec<u64>) {
+    let mut events = herdless::Events::with_capacity(1);
+    let (mut count, mut empty, mut switches, mut ids) = (0, 0, 0, Vec::new());
+    loop {
+        let before = vcsw();
+        waiter.wait(&mut events, None).unwrap();
+        switches += vcsw() - before;
+        for event in events.iter() {
+            match read_msg(rx) {
+                Some(Some(id)) => {
+                    count += 1;
+                    ids.push(id);
+                    // Consumed right after the read, before handling (here: telling the
+                    // producer), as the API asks.
+                    waiter.consumed(event.key).unwrap();
+                    ack(id);
+                }
+                Some(None) => return (count, empty, switches, ids),
+                None => empty += 1,
+            }
+        }
+    }
+}
+
+impl Turns {
+    fn group(&self) -> Group {
+        Group::builder()
+            .backend(self.backend)
+            .rotate_every(self.rotate_every)
+            .max_members(self.members.max(1))
+            .build()
+            .unwrap()
+    }
+
+    /// Members are threads, joined and registered in order by the test thread.
+    pub fn threads(&self) -> Outcome {
+        use std::sync::mpsc;
+        let group = self.group();
+        let (rx, tx) = pipe();
+        let (ack_tx, ack_rx) = mpsc::channel::<u64>();
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let interest = herdless::Interest::READABLE
+            .exclusive()
+            .one_event_round_robin();
+        let handles: Vec<_> = (0..self.members)
+            .map(|_| {
+                let mut waiter = group.join().unwrap();
+                waiter.add(&rx, 0, interest).unwrap();
+                let (ack_tx, tid_tx) = (ack_tx.clone(), tid_tx.clone());
+                let rx = rx.as_raw_fd();
+                std::thread::spawn(move || {
+                    tid_tx.send(gettid()).unwrap();
+                    let result = member_loop(&mut waiter, rx, |id| ack_tx.send(id).unwrap());
+                    waiter
+                        .delete(unsafe { std::os::fd::BorrowedFd::borrow_raw(rx) })
+                        .ok();
+                    result
+                })
+            })
+            .collect();
+        let tids: Vec<i32> = (0..self.members).map(|_| tid_rx.recv().unwrap()).collect();
+        until_asleep(std::process::id(), &tids);
+        for i in 0..self.messages {
+            write_msg(tx.as_raw_fd(), i);
+            ack_rx.recv().unwrap();
+            if let Some(gap) = self.gap {
+                std::thread::sleep(gap);
+            }
+        }
+        drop(tx); // EOF: every member stops
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        drop(rx);
+        outcome(results)
+    }
+
+    /// Members are forked processes; each joins in the child. `kill_leader_after`: SIGKILL the
+    /// member that holds the token once that many messages were read.
+    pub fn processes(&self, kill_leader_after: Option<u64>) -> (Outcome, Option<usize>) {
+        let group = self.group();
+        let (rx, tx) = pipe();
+        let (ack_r, ack_w) = pipe();
+        let (res_r, res_w) = pipe();
+        let (ready_r, ready_w) = pipe();
+        for fd in [&ack_r, &res_r, &ready_r] {
+            // The parent reads these blocking.
+            // SAFETY: fcntl on our own descriptor.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) };
+        }
+        let mut pids = Vec::new();
+        for index in 0..self.members {
+            // SAFETY: the child only uses this crate, raw system calls and _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                drop(tx);
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut waiter = group.join().unwrap();
+                    waiter
+                        .add(
+                            &rx,
+                            0,
+                            herdless::Interest::READABLE
+                                .exclusive()
+                                .one_event_round_robin(),
+                        )
+                        .unwrap();
+                    write_all(ready_w.as_raw_fd(), &[1]);
+                    let (count, empty, switches, ids) =
+                        member_loop(&mut waiter, rx.as_raw_fd(), |id| {
+                            write_all(ack_w.as_raw_fd(), &id.to_ne_bytes())
+                        });
+                    let _ = ids;
+                    let mut record = Vec::new();
+                    for v in [index as u64, count, empty, switches] {
+                        record.extend_from_slice(&v.to_ne_bytes());
+                    }
+                    write_all(res_w.as_raw_fd(), &record);
+                }));
+                // SAFETY: leaves the child at once, without running the test harness's exit.
+                unsafe { libc::_exit(i32::from(code.is_err())) };
+            }
+            pids.push(pid);
+        }
+        drop((ack_w, res_w, ready_w, rx));
+        let mut byte = [0u8; 1];
+        for _ in 0..self.members {
+            read_exact(ready_r.as_raw_fd(), &mut byte);
+        }
+        for &pid in &pids {
+            until_asleep(pid as u32, &[pid]);
+        }
+        let mut ids = Vec::new();
+        let mut killed = None;
+        for i in 0..self.messages {
+            if kill_leader_after == Some(i) {
+                let leader = group
+                    .stats()
+                    .into_iter()
+                    .find(|m| m.leader && m.alive)
+                    .expect("some member holds the token");
+                // SAFETY: kill(2) on our own child.
+                unsafe { libc::kill(leader.pid as i32, libc::SIGKILL) };
+                killed = pids.iter().position(|&p| p as u32 == leader.pid);
+            }
+            write_msg(tx.as_raw_fd(), i);
+            let mut id = [0u8; 8];
+            read_exact(ack_r.as_raw_fd(), &mut id);
+            ids.push(u64::from_ne_bytes(id));
+            if let Some(gap) = self.gap {
+                std::thread::sleep(gap);
+            }
+        }
+        drop(tx);
+        let mut per_member = vec![0; self.members];
+        let (mut empty_reads, mut kernel_wakeups) = (0, 0);
+        let survivors = self.members - usize::from(killed.is_some());
+        for _ in 0..survivors {
+            let mut record = [0u8; 32];
+            read_exact(res_r.as_raw_fd(), &mut record);
+            let v: Vec<u64> = record
+                .chunks(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            per_member[v[0] as usize] = v[1];
+            empty_reads += v[2];
+            kernel_wakeups += v[3];
+        }
+        for pid in pids {
+            let mut status = 0;
+            // SAFETY: reaps our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            if Some(pid) != killed.map(|k| k as i32).and(None) {
+                let signalled = libc::WIFSIGNALED(status);
+                assert!(
+                    signalled || libc::WEXITSTATUS(status) == 0,
+                    "a member failed"
+                );
+            }
+        }
+        if let Some(k) = killed {
+            // What the killed member read before it died: the acknowledged ids not counted by
+            // the survivors.
+            per_member[k] = self.messages - per_member.iter().sum::<u64>();
+        }
+        let outcome = Outcome {
+            per_member,
+            empty_reads,
+            kernel_wakeups,
+            ids,
+        };
+        (outcome, killed)
+    }
+}
+
+fn outcome(results: Vec<(u64, u64, u64, Vec<u64>)>) -> Outcome {
+    let mut out = Outcome {
+        per_member: Vec::new(),
+        empty_reads: 0,
+        kernel_wakeups: 0,
+        ids: Vec::new(),
+    };
+    for (count, empty, switches, ids) in results {
+        out.per_member.push(count);
+        out.empty_reads += empty;
+        out.kernel_wakeups += switches;
+        out.ids.extend(ids);
+    }
+    out
+}
+
+pub fn write_all(fd: RawFd, mut buf: &[u8]) {
+    while !buf.is_empty() {
+        // SAFETY: writes from a live buffer.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        assert!(n > 0, "write: {}", io::Error::last_os_error());
+        buf = &buf[n as usize..];
+    }
+}
+
+pub fn read_exact(fd: RawFd, mut buf: &mut [u8]) {
+    while !buf.is_empty() {
+        // SAFETY: reads into a live buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        assert!(n > 0, "read: {n} {}", io::Error::last_os_error());
+        buf = &mut buf[n as usize..];
+    }
+}

@@ -1,0 +1,118 @@
+//! exclusive: W waiters on one pipe, one message → exactly one waiter returns, and the others
+//! stay asleep: their kernel counters show no wake-up but the one we cause afterwards.
+
+mod common;
+
+use std::sync::mpsc;
+use std::thread;
+
+use common::*;
+use herdless::{Backend, Events, Group, Interest};
+
+const WAITERS: usize = 8;
+
+/// Per waiter: (events received, voluntary context switches during its one wait).
+fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let (rx, tx) = pipe();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (result_tx, result_rx) = mpsc::channel();
+    let (release_tx, release_rx) = (0..WAITERS)
+        .map(|_| mpsc::channel::<()>())
+        .unzip::<_, _, Vec<_>, Vec<_>>();
+    let mut handles = Vec::new();
+    for (i, release) in release_rx.into_iter().enumerate() {
+        let group = group.clone();
+        let rx = rx.try_clone().unwrap();
+        let ready_tx = ready_tx.clone();
+        let result_tx = result_tx.clone();
+        handles.push(thread::spawn(move || {
+            let mut waiter = group.join().unwrap();
+            waiter.add(&rx, 0, interest).unwrap();
+            ready_tx.send((i, gettid(), waiter.notifier())).unwrap();
+            let mut events = Events::with_capacity(4);
+            let before = vcsw();
+            let n = waiter.wait(&mut events, None).unwrap();
+            let switches = vcsw() - before;
+            if n > 0 {
+                read_msg(std::os::fd::AsRawFd::as_raw_fd(&rx));
+            }
+            result_tx.send((i, n, switches)).unwrap();
+            // Stay joined (and keep the event unconsumed) until everyone has reported.
+            release.recv().unwrap();
+            waiter.delete(&rx).unwrap();
+        }));
+    }
+    let mut joined: Vec<_> = (0..WAITERS).map(|_| ready_rx.recv().unwrap()).collect();
+    joined.sort_by_key(|(i, _, _)| *i);
+    let tids: Vec<i32> = joined.iter().map(|(_, t, _)| *t).collect();
+    until_asleep(std::process::id(), &tids);
+
+    write_msg(std::os::fd::AsRawFd::as_raw_fd(&tx), 1);
+    // The first waiter to report is one that woke for the message.
+    let mut results = vec![(0usize, 0u64); WAITERS];
+    let (i, n, s) = result_rx.recv().unwrap();
+    results[i] = (n, s);
+    let mut reported = 1;
+    if interest.is_exclusive() {
+        // Wake the rest ourselves, one notification each.
+        for (j, _, notifier) in &joined {
+            if *j != i {
+                notifier.notify().unwrap();
+            }
+        }
+    } else {
+        for (_, _, notifier) in &joined {
+            notifier.notify().unwrap();
+        }
+    }
+    while reported < WAITERS {
+        let (i, n, s) = result_rx.recv().unwrap();
+        results[i] = (n, s);
+        reported += 1;
+    }
+    for r in release_tx {
+        r.send(()).unwrap();
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    results
+}
+
+fn one_message_wakes_one_waiter(backend: Backend) {
+    let results = one_message(backend, Interest::READABLE.exclusive());
+    let winners = results.iter().filter(|(n, _)| *n > 0).count();
+    assert_eq!(
+        winners, 1,
+        "exactly one waiter gets the message: {results:?}"
+    );
+    for (n, switches) in &results {
+        if *n == 0 {
+            // Asleep once, woken once: by our notification, not by the message.
+            assert_eq!(
+                *switches, 1,
+                "a loser was woken by the message: {results:?}"
+            );
+        }
+    }
+}
+
+/// The control: without `exclusive` the same measurement sees the herd, so the test above
+/// could fail.
+fn without_exclusive_the_herd_wakes(backend: Backend) {
+    let results = one_message(backend, Interest::READABLE);
+    let woken_by_message: u64 = results
+        .iter()
+        .map(|(n, s)| if *n > 0 { 1 } else { s.saturating_sub(1) })
+        .sum();
+    assert!(
+        woken_by_message > 1,
+        "without exclusive, one message should wake several waiters: {results:?}"
+    );
+}
+
+against_every_backend!(
+    one_message_wakes_one_waiter,
+    without_exclusive_the_herd_wakes
+);

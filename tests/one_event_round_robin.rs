@@ -1,0 +1,67 @@
+//! one_event_round_robin: the seed example of the POLLONE proposal. Three pipes, all readable,
+//! registered with one event per wait: successive waits return fd1, fd2, fd3, fd1, … — with and
+//! without `exclusive`.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use common::*;
+use herdless::{Backend, Events, Group, Interest};
+
+fn three_ready_pipes_in_turn(backend: Backend, interest: Interest) {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let mut waiter = group.join().unwrap();
+    let pipes: Vec<_> = (0..3).map(|_| pipe()).collect();
+    for (i, (rx, tx)) in pipes.iter().enumerate() {
+        write_msg(tx.as_raw_fd(), i as u64); // all three readable, and they stay so
+        waiter.add(rx, i + 1, interest).unwrap();
+    }
+    let mut events = Events::with_capacity(16);
+    let mut served = Vec::new();
+    for _ in 0..7 {
+        let n = waiter
+            .wait(&mut events, Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(n, 1, "one event per wait");
+        served.push(events.iter().next().unwrap().key);
+    }
+    assert_eq!(served, [1, 2, 3, 1, 2, 3, 1]);
+    for (rx, _) in &pipes {
+        waiter.delete(rx).unwrap();
+    }
+}
+
+fn exclusive_pipes_in_turn(backend: Backend) {
+    three_ready_pipes_in_turn(
+        backend,
+        Interest::READABLE.exclusive().one_event_round_robin(),
+    );
+}
+
+fn plain_pipes_in_turn(backend: Backend) {
+    three_ready_pipes_in_turn(backend, Interest::READABLE.one_event_round_robin());
+}
+
+/// Without the flag a wait returns every ready descriptor at once.
+fn without_the_flag_all_at_once(backend: Backend) {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let mut waiter = group.join().unwrap();
+    let pipes: Vec<_> = (0..3).map(|_| pipe()).collect();
+    for (i, (rx, tx)) in pipes.iter().enumerate() {
+        write_msg(tx.as_raw_fd(), i as u64);
+        waiter.add(rx, i + 1, Interest::READABLE).unwrap();
+    }
+    let mut events = Events::with_capacity(16);
+    let n = waiter
+        .wait(&mut events, Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(n, 3);
+}
+
+against_every_backend!(
+    exclusive_pipes_in_turn,
+    plain_pipes_in_turn,
+    without_the_flag_all_at_once
+);

@@ -1,0 +1,56 @@
+//! rotation: 8 waiters, 800 messages, one message read per wake-up. With `rotate_every(1)`
+//! every waiter gets 100 ± 2 and reads almost never come back empty; with `rotate_every(0)` the
+//! first registered waiter takes at least 90% (the kernel's monopoly, reproduced on purpose);
+//! written back to back the spread stays even.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use herdless::Backend;
+
+fn turns(backend: Backend, rotate_every: u32, gap: Option<Duration>) -> Turns {
+    Turns {
+        backend,
+        rotate_every,
+        members: 8,
+        messages: 800,
+        gap,
+    }
+}
+
+fn strict_turns_with_a_gap(backend: Backend) {
+    let out = turns(backend, 1, Some(Duration::from_millis(1))).threads();
+    out.report(&format!("{backend:?} rotate_every(1), 1 ms gap"));
+    out.assert_exactly_once(800);
+    for &c in &out.per_member {
+        assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
+    }
+    assert!(out.empty_reads < 8, "empty wake-ups ≥ 1%: {out:?}");
+}
+
+fn no_rotation_reproduces_the_monopoly(backend: Backend) {
+    let out = turns(backend, 0, Some(Duration::from_millis(1))).threads();
+    out.report(&format!("{backend:?} rotate_every(0), 1 ms gap"));
+    out.assert_exactly_once(800);
+    let first = out.per_member[0] as f64 / 800.0;
+    assert!(
+        first >= 0.9,
+        "the first registered waiter took only {first}: {out:?}"
+    );
+}
+
+fn back_to_back_stays_even(backend: Backend) {
+    let out = turns(backend, 1, None).threads();
+    out.report(&format!("{backend:?} rotate_every(1), back to back"));
+    out.assert_exactly_once(800);
+    let index = jain(&out.per_member);
+    assert!(index >= 0.99, "Jain's index {index} < 0.99: {out:?}");
+}
+
+against_every_backend!(
+    strict_turns_with_a_gap,
+    no_rotation_reproduces_the_monopoly,
+    back_to_back_stays_even
+);

@@ -95,6 +95,8 @@ pub(crate) struct EmulatedWaiter {
     last_served: u64,
     /// Exclusive sources this member holds: handed out, not yet consumed, as (source, key).
     holding: Vec<(usize, usize)>,
+    /// Sources whose line this member goes to the back of when it next goes busy.
+    to_back: Vec<usize>,
     /// How many registrations asked for one event per wait.
     one_event: usize,
     raw_events: polling::Events,
@@ -129,6 +131,7 @@ impl EmulatedWaiter {
             next_seq: 0,
             last_served: u64::MAX,
             holding: Vec::new(),
+            to_back: Vec::new(),
             one_event: 0,
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
@@ -208,7 +211,7 @@ impl EmulatedWaiter {
             tk.shared.source(s).set_member(self.me, false);
             self.release_source(&tk, s);
             if tk.shared.source(s).leader.load(SeqCst) == self.me {
-                tk.pass(s, self.me);
+                tk.pass(s, self.me, false);
             }
         }
         Ok(())
@@ -281,7 +284,7 @@ impl EmulatedWaiter {
         tk.shared.source(s).set_member(self.me, false);
         self.release_source(tk, s);
         if tk.shared.source(s).leader.load(SeqCst) == self.me {
-            tk.pass(s, self.me);
+            tk.pass(s, self.me, false);
         }
         Some(())
     }
@@ -303,15 +306,17 @@ impl EmulatedWaiter {
         }
         slot.state.store(state::IDLE, SeqCst);
         let result = self.wait_idle(&tk, events, deadline);
-        // Going busy: pass on every token this member has, so the group keeps listening.
+        // Going busy: pass on every token this member has, so the group keeps listening, and go
+        // to the back of the lines where it is due.
         slot.state.store(state::BUSY, SeqCst);
-        let led: Vec<usize> = self
-            .exclusive_sources()
-            .filter(|&s| tk.shared.source(s).leader.load(SeqCst) == me)
-            .collect();
-        for s in led {
-            tk.pass(s, me);
+        let sources: Vec<usize> = self.exclusive_sources().collect();
+        for s in sources {
+            let to_back = self.to_back.contains(&s);
+            if to_back || tk.shared.source(s).leader.load(SeqCst) == me {
+                tk.pass(s, me, to_back);
+            }
         }
+        self.to_back.clear();
         result
     }
 
@@ -431,7 +436,11 @@ impl EmulatedWaiter {
                     continue;
                 }
                 self.holding.push((s, reg.key));
-                reg.handed = tk.note_handed(s, me, reg.handed + 1);
+                reg.handed += 1;
+                if tk.rotation_due(reg.handed) {
+                    reg.handed = 0;
+                    self.to_back.push(s);
+                }
             }
             self.last_served = c.seq;
             events.push(c.event);
@@ -450,7 +459,7 @@ impl EmulatedWaiter {
         for s in sources {
             tk.shared.source(s).set_member(me, false);
             if tk.shared.source(s).leader.load(SeqCst) == me {
-                tk.pass(s, me);
+                tk.pass(s, me, false);
             }
         }
         let fds: Vec<RawSource> = self

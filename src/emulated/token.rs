@@ -58,8 +58,9 @@ impl Token<'_> {
         self.source(s).holder.load(SeqCst) == NONE
     }
 
-    /// Called by `me`, idle, for a source it registered: takes the token if nobody has it or if
-    /// `me` is ahead of the leader in line. Returns whether `me` leads `s` now.
+    /// Called by `me`, idle, for a source it registered: takes the token if nobody has it, or
+    /// if `me` is ahead of an idle leader in line (a busy leader is passing it on already).
+    /// Returns whether `me` leads `s` now.
     pub(crate) fn take_if_due(&self, s: usize, me: u32) -> bool {
         let src = self.source(s);
         for _ in 0..8 {
@@ -67,7 +68,9 @@ impl Token<'_> {
             if leader == me {
                 return true;
             }
-            let due = leader == NONE || self.line_pos(s, me) < self.line_pos(s, leader);
+            let due = leader == NONE
+                || (self.shared.member(leader).state.load(SeqCst) == state::IDLE
+                    && self.line_pos(s, me) < self.line_pos(s, leader));
             if !due {
                 return false;
             }
@@ -86,14 +89,15 @@ impl Token<'_> {
         src.leader.load(SeqCst) == me
     }
 
-    /// The first idle member registered on `s`, in line order, other than `not`.
-    fn next_idle(&self, s: usize, not: u32) -> Option<u32> {
+    /// The first idle member registered on `s`, in line order from `start` (default: the
+    /// head), other than `not`.
+    fn next_idle(&self, s: usize, not: u32, start: Option<u32>) -> Option<u32> {
         let src = self.source(s);
         let high = self.shared.high();
         if high == 0 {
             return None;
         }
-        let head = src.line_head.load(SeqCst) % high;
+        let head = start.unwrap_or_else(|| src.line_head.load(SeqCst)) % high;
         (0..high).map(|i| (head + i) % high).find(|&m| {
             m != not && src.has_member(m) && self.shared.member(m).state.load(SeqCst) == state::IDLE
         })
@@ -101,19 +105,34 @@ impl Token<'_> {
 
     /// Moves the token of `s` away from `from` (leaving, going busy, or dead) to the next idle
     /// member in line, waking it if there is something to watch; with no idle member, nobody
-    /// leads and the next member to come back to `wait` takes the token.
-    pub(crate) fn pass(&self, s: usize, from: u32) {
+    /// leads and the next member to come back to `wait` takes the token. With `to_back`, `from`
+    /// goes to the back of the line: the search starts just after it, and the head moves there
+    /// once the token has moved (so nobody sees `from` first in line meanwhile).
+    pub(crate) fn pass(&self, s: usize, from: u32, to_back: bool) {
+        let src = self.source(s);
+        let high = self.shared.high().max(1);
+        let start = to_back.then_some((from + 1) % high);
+        self.pass_from(s, from, start);
+        if let Some(head) = start {
+            src.line_head.store(head, SeqCst);
+        }
+    }
+
+    fn pass_from(&self, s: usize, from: u32, start: Option<u32>) {
         let src = self.source(s);
         let mut from = from;
         for _ in 0..=self.shared.high() {
-            match self.next_idle(s, from) {
+            if src.leader.load(SeqCst) != from {
+                return; // someone else moved it already
+            }
+            match self.next_idle(s, from, start) {
                 Some(next) => {
                     if src
                         .leader
                         .compare_exchange(from, next, SeqCst, SeqCst)
                         .is_err()
                     {
-                        return; // someone else moved it already
+                        return;
                     }
                     src.watcher.store(from, SeqCst);
                     if self.needs_watch(s) {
@@ -133,7 +152,7 @@ impl Token<'_> {
                         return;
                     }
                     // A member may have gone idle after we looked: give it the token.
-                    match self.next_idle(s, NONE) {
+                    match self.next_idle(s, NONE, start) {
                         Some(next)
                             if src
                                 .leader
@@ -161,15 +180,10 @@ impl Token<'_> {
             .is_ok()
     }
 
-    /// `me` was handed its `handed`-th event of `s` since it last went to the back of the line:
-    /// moves the head past it when the rotation is due. Returns the new count.
-    pub(crate) fn note_handed(&self, s: usize, me: u32, handed: u32) -> u32 {
-        if self.rotate_every == 0 || handed < self.rotate_every {
-            return handed;
-        }
-        let high = self.shared.high().max(1);
-        self.source(s).line_head.store((me + 1) % high, SeqCst);
-        0
+    /// After `handed` events of a source since it last went to the back of the line, is it
+    /// the member's turn to go there?
+    pub(crate) fn rotation_due(&self, handed: u32) -> bool {
+        self.rotate_every > 0 && handed >= self.rotate_every
     }
 
     /// `me` consumed the readiness of `s`: the leader may watch it again.
@@ -250,7 +264,7 @@ impl Token<'_> {
             src.set_member(m, false);
             self.release(s, m);
             if src.leader.load(SeqCst) == m {
-                self.pass(s, m);
+                self.pass(s, m, false);
             }
         }
     }

@@ -383,15 +383,14 @@ impl Turns {
             empty_reads += v[2];
             kernel_wakeups += v[3];
         }
-        for pid in pids {
+        for (index, pid) in pids.into_iter().enumerate() {
             let mut status = 0;
             // SAFETY: reaps our own child.
             unsafe { libc::waitpid(pid, &mut status, 0) };
-            if Some(pid) != killed.map(|k| k as i32).and(None) {
-                let signalled = libc::WIFSIGNALED(status);
+            if killed != Some(index) {
                 assert!(
-                    signalled || libc::WEXITSTATUS(status) == 0,
-                    "a member failed"
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "member {index} failed (status {status})"
                 );
             }
         }

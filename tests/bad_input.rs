@@ -1,0 +1,129 @@
+//! Bad input: every refusal is a typed error that names the problem, never a panic, and the
+//! waiter keeps working afterwards (the next valid operation succeeds, no message is lost).
+
+mod common;
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use common::*;
+use herdless::{Backend, Error, Events, Group, Interest};
+
+/// A waiter with one working registration (key 0) and one message queued on it.
+fn working_waiter(backend: Backend) -> (Group, herdless::Waiter, [std::os::fd::OwnedFd; 2]) {
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(2)
+        .build()
+        .unwrap();
+    let mut waiter = group.join().unwrap();
+    let (rx, tx) = pipe();
+    waiter.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+    write_msg(tx.as_raw_fd(), 42);
+    (group, waiter, [rx, tx])
+}
+
+/// The waiter still works and the queued message is still there.
+fn still_works(waiter: &mut herdless::Waiter, rx: &std::os::fd::OwnedFd) {
+    let mut events = Events::with_capacity(4);
+    let n = waiter
+        .wait(&mut events, Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(
+        read_msg(rx.as_raw_fd()),
+        Some(Some(42)),
+        "the queued message was lost"
+    );
+}
+
+fn refusals_are_typed_and_harmless(backend: Backend) {
+    let (group, mut waiter, [rx, _tx]) = working_waiter(backend);
+    let check = |what: &str, res: herdless::Result<()>, ok: fn(&Error) -> bool| {
+        let err = res.expect_err(what);
+        assert!(ok(&err), "{what}: unexpected {err:?}");
+        let text = err.to_string();
+        assert!(!text.is_empty());
+        let io: std::io::Error = err.into();
+        assert!(!io.to_string().is_empty());
+        eprintln!("{backend:?} {what}: {text}");
+    };
+    // A descriptor number that is not open.
+    let closed = {
+        let (r, _w) = pipe();
+        r.as_raw_fd()
+    };
+    // SAFETY: deliberately names a closed descriptor; herdless must refuse it.
+    let closed = unsafe { BorrowedFd::borrow_raw(closed) };
+    check(
+        "closed fd",
+        waiter.add(closed, 1, Interest::READABLE),
+        |e| matches!(e, Error::BadDescriptor { .. }),
+    );
+    // SAFETY: as above, a number far beyond any open descriptor.
+    let never = unsafe { BorrowedFd::borrow_raw(1_000_000) };
+    check(
+        "never-opened fd",
+        waiter.add(never, 1, Interest::READABLE),
+        |e| matches!(e, Error::BadDescriptor { .. }),
+    );
+    let file = std::fs::File::open("/proc/self/exe").unwrap();
+    check(
+        "regular file",
+        waiter.add(&file, 1, Interest::READABLE),
+        |e| matches!(e, Error::UnwatchableDescriptor { .. }),
+    );
+    let dir = std::fs::File::open("/").unwrap();
+    check(
+        "directory",
+        waiter.add(&dir, 1, Interest::READABLE.exclusive()),
+        |e| matches!(e, Error::UnwatchableDescriptor { .. }),
+    );
+    check("added twice", waiter.add(&rx, 1, Interest::READABLE), |e| {
+        matches!(e, Error::AlreadyRegistered { .. })
+    });
+    let (other, _keep) = pipe();
+    check(
+        "modify never added",
+        waiter.modify(&other, 1, Interest::READABLE),
+        |e| matches!(e, Error::NotRegistered { .. }),
+    );
+    check("delete never added", waiter.delete(&other), |e| {
+        matches!(e, Error::NotRegistered { .. })
+    });
+    check(
+        "reserved key",
+        waiter.add(&other, usize::MAX - 1, Interest::READABLE),
+        |e| matches!(e, Error::ReservedKey { .. }),
+    );
+    check(
+        "refused combination",
+        waiter.add(&other, 1, Interest::PRIORITY.exclusive()),
+        |e| matches!(e, Error::InvalidInterest { .. }),
+    );
+    let zero = waiter.wait(&mut Events::with_capacity(0), None).map(drop);
+    check("Events of capacity 0", zero, |e| {
+        matches!(e, Error::ZeroCapacity)
+    });
+    let second = group.join().unwrap();
+    check(
+        "more members than the group allows",
+        group.join().map(drop),
+        |e| matches!(e, Error::GroupFull { max: 2 }),
+    );
+    drop(second);
+    still_works(&mut waiter, &rx);
+    waiter.delete(&rx).unwrap();
+}
+
+fn builder_settings_are_checked(backend: Backend) {
+    for bad in [0, herdless::MAX_MEMBERS_LIMIT + 1] {
+        let res = Group::builder().backend(backend).max_members(bad).build();
+        assert!(matches!(res, Err(Error::InvalidSetting { .. })), "{res:?}");
+    }
+}
+
+against_every_backend!(
+    refusals_are_typed_and_harmless,
+    builder_settings_are_checked
+);

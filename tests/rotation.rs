@@ -47,6 +47,19 @@ fn back_to_back_stays_even(backend: Backend) {
     out.assert_exactly_once(800);
     let index = jain(&out.per_member);
     assert!(index >= 0.99, "Jain's index {index} < 0.99: {out:?}");
+    if backend == Backend::Emulated {
+        // The emulation's promise: exact turns, never an empty read, at most two kernel
+        // wake-ups per message (the leader's, and the door bell of the next one).
+        for &c in &out.per_member {
+            assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
+        }
+        assert_eq!(out.empty_reads, 0, "{out:?}");
+        let per_message = out.kernel_wakeups as f64 / 800.0;
+        assert!(
+            per_message <= 2.0,
+            "{per_message} kernel wake-ups per message: {out:?}"
+        );
+    }
 }
 
 against_every_backend!(

@@ -19,7 +19,11 @@ impl Distribution {
         let max = counts.iter().copied().max().unwrap_or(0);
         let min = counts.iter().copied().min().unwrap_or(0);
         Distribution {
-            max_share: if total == 0 { 0.0 } else { max as f64 / total as f64 },
+            max_share: if total == 0 {
+                0.0
+            } else {
+                max as f64 / total as f64
+            },
             spread: max - min,
             jain: jain(counts),
         }

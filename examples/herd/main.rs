@@ -21,7 +21,10 @@ use clap::{Parser, Subcommand};
 
 #[cfg(target_os = "linux")]
 #[derive(Parser)]
-#[command(name = "herd", about = "The herdless lab: thundering herd, monopoly and their cures, measured")]
+#[command(
+    name = "herd",
+    about = "The herdless lab: thundering herd, monopoly and their cures, measured"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

@@ -170,9 +170,9 @@ impl NativeWaiter {
     }
 
     pub(crate) fn add(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        if self.registrations.contains_key(&fd) {
-            return Err(Error::AlreadyRegistered { fd });
-        }
+        // No look at `registrations` first: the kernel knows best. EEXIST means registered;
+        // success over a recorded number means the old descriptor was closed (the kernel dropped
+        // its entry) and the number reused, so the old record goes.
         ctl(
             &self.epoll,
             libc::EPOLL_CTL_ADD,
@@ -181,6 +181,7 @@ impl NativeWaiter {
             fd as u64,
         )
         .map_err(|e| refusal(fd, e, "adding a descriptor to epoll"))?;
+        self.forget(fd);
         self.insert(fd, key, interest);
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! read or accept is done; the next `wait` does it for you otherwise. That is the moment the
 //! waiter goes to the back of the line and the group watches the descriptor again.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +51,9 @@ pub struct Waiter {
     group: Arc<GroupInner>,
     member: u32,
     pid: u32,
-    engine: Engine,
+    /// Dropped by hand: a copy inherited across `fork` must not run the destructors, which
+    /// would change kernel objects the parent still uses (a shared epoll instance).
+    engine: ManuallyDrop<Engine>,
 }
 
 impl std::fmt::Debug for Waiter {
@@ -78,7 +81,7 @@ impl Waiter {
                     group,
                     member,
                     pid,
-                    engine,
+                    engine: ManuallyDrop::new(engine),
                 })
             }
             Err(e) => {
@@ -105,7 +108,7 @@ impl Waiter {
         self.check_process()?;
         interest.validate(key)?;
         let raw = raw_of(&fd);
-        match &mut self.engine {
+        match &mut *self.engine {
             Engine::Native(n) => n.add(raw, key, interest),
             Engine::Emulated(e) => e.add(&self.group, raw, key, interest),
         }
@@ -121,7 +124,7 @@ impl Waiter {
         self.check_process()?;
         interest.validate(key)?;
         let raw = raw_of(&fd);
-        match &mut self.engine {
+        match &mut *self.engine {
             Engine::Native(n) => n.modify(raw, key, interest),
             Engine::Emulated(e) => e.modify(&self.group, raw, key, interest),
         }
@@ -135,7 +138,7 @@ impl Waiter {
     pub fn delete(&mut self, fd: impl AsSource) -> Result<()> {
         self.check_process()?;
         let raw = raw_of(&fd);
-        match &mut self.engine {
+        match &mut *self.engine {
             Engine::Native(n) => n.delete(raw),
             Engine::Emulated(e) => e.delete(&self.group, raw),
         }
@@ -160,7 +163,7 @@ impl Waiter {
         }
         events.clear();
         let slot = self.group.shared.member(self.member);
-        let n = match &mut self.engine {
+        let n = match &mut *self.engine {
             Engine::Native(n) => n.wait(slot, events, timeout),
             Engine::Emulated(e) => e.wait(&self.group, events, timeout),
         }?;
@@ -179,7 +182,7 @@ impl Waiter {
     /// [`Error::ForkedWaiter`], or [`Error::Io`] if re-registering fails.
     pub fn consumed(&mut self, key: usize) -> Result<()> {
         self.check_process()?;
-        match &mut self.engine {
+        match &mut *self.engine {
             Engine::Native(n) => n.consumed(key),
             Engine::Emulated(e) => e.consumed(&self.group, key),
         }
@@ -194,7 +197,7 @@ impl Waiter {
     )]
     pub fn notifier(&self) -> Notifier {
         Notifier {
-            inner: match &self.engine {
+            inner: match &*self.engine {
                 Engine::Native(n) => NotifierInner::Native(n.notifier()),
                 Engine::Emulated(_) => {
                     NotifierInner::Emulated(EmulatedNotifier::new(self.group.clone(), self.member))
@@ -218,12 +221,15 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         if std::process::id() != self.pid {
-            // A copy inherited across fork: the member is the parent's; leave it alone.
+            // A copy inherited across fork: the member is the parent's; leave it alone, and
+            // leak the engine rather than let it touch the parent's kernel objects.
             return;
         }
-        if let Engine::Emulated(e) = &mut self.engine {
+        if let Engine::Emulated(e) = &mut *self.engine {
             e.leave(&self.group);
         }
+        // SAFETY: dropped once, here, and never used again.
+        unsafe { ManuallyDrop::drop(&mut self.engine) };
         self.group
             .shared
             .member(self.member)

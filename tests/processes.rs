@@ -1,6 +1,6 @@
 //! Processes: members forked after the group was built share one pipe or one listening socket.
-//! Turn-taking holds across processes, a killed token holder loses no message, and connections
-//! are spread evenly over the workers.
+//! Turn-taking holds across processes, and connections are spread evenly over the workers.
+//! (Killing members is in `faults.rs`.)
 
 mod common;
 
@@ -28,7 +28,7 @@ fn turns(backend: Backend) -> Turns {
 
 fn pipe_turns_across_processes(backend: Backend) {
     let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
-    let (out, _) = turns(backend).processes(None);
+    let (out, _) = turns(backend).processes(&[]);
     out.report(&format!("{backend:?} 8 processes, back to back"));
     out.assert_exactly_once(800);
     for &c in &out.per_member {
@@ -44,33 +44,6 @@ fn pipe_turns_across_processes(backend: Backend) {
     } else {
         assert!(out.empty_reads < 8, "{out:?}");
     }
-}
-
-fn killing_the_token_holder_loses_nothing(backend: Backend) {
-    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
-    if backend == Backend::Native {
-        // The native backend has no token: the kernel's wait queue is the line, and a dead
-        // process's epoll leaves it. Its kill test is the fault suite's.
-        eprintln!("SKIPPED for native: no token holder to kill");
-        return;
-    }
-    let (out, killed) = turns(backend).processes(Some(400));
-    out.report(&format!(
-        "{backend:?} 8 processes, token holder killed at 400"
-    ));
-    assert!(killed.is_some());
-    out.assert_exactly_once(800);
-    let survivors: Vec<u64> = out
-        .per_member
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != killed)
-        .map(|(_, &c)| c)
-        .collect();
-    assert!(
-        survivors.iter().all(|&c| c > 0),
-        "a survivor got nothing: {out:?}"
-    );
 }
 
 fn listener_accepts_across_processes(backend: Backend) {
@@ -169,6 +142,5 @@ fn listener_accepts_across_processes(backend: Backend) {
 
 against_every_backend!(
     pipe_turns_across_processes,
-    killing_the_token_holder_loses_nothing,
     listener_accepts_across_processes
 );

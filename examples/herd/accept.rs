@@ -1,8 +1,542 @@
-//! (being written)
+//! `herd accept`: seed 000's accept-distribution rig. W forked workers wait on one shared
+//! loopback listener, each with its own poll instance, registering in an order the parent
+//! dictates; the parent makes C connections D ms apart and every worker counts its wake-ups,
+//! accepts and empty wake-ups. Each setup is a row: the raw kernel behaviours of the seed (no
+//! flag: the last registrant wins; `EPOLLEXCLUSIVE`: the first one takes everything; half
+//! migrated; nginx's DEL + ADD every 16; `SO_REUSEPORT`) next to herdless, native and emulated.
+//! The table shows who got what, because that is what the flag silently gets wrong.
+
+#[path = "accept_worker.rs"]
+mod accept_worker;
+#[path = "sock_util.rs"]
+pub mod sock_util;
+
+use std::net::{SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use herdless::{Backend, Group};
+use serde::Serialize;
+
+use crate::fairness::{sketch, Distribution, Spread};
+use accept_worker::{Counter, Mode, RawMode, Worker, COUNTERS};
+use sock_util::SharedCounters;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// How long any one step (a registration, a worker's exit, the last accepts) may take.
+const STEP_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Forked workers sharing the listener.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Connections per run, made one at a time.
+    #[arg(long, default_value_t = 500)]
+    connections: usize,
+    /// Milliseconds between two connections.
+    #[arg(long, default_value_t = 2.0)]
+    delay_ms: f64,
+    /// Setups to run, each a row of the table.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "no-flag,exclusive,reuseport,half-migrated,nginx-16,herdless-native,herdless-emulated"
+    )]
+    setups: Vec<Setup>,
+    /// Runs per setup: figures are the mean with min–max; distributions are the last run's.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Fork order stays 0..W; registration order is reversed (the last-born registers first).
+    #[arg(long)]
+    reverse_registration: bool,
+    /// SIGKILL the first registrant once this many connections were accepted; the table then
+    /// shows how the survivors shared the connections made after the kill.
+    #[arg(long)]
+    kill_front_at: Option<usize>,
+    /// Busy work per accepted connection, in milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    work_ms: f64,
+    /// Also write one JSON row per run to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    Err("not written yet".into())
+/// One way of sharing the listener: a row of the table.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Setup {
+    /// Raw epoll per worker, `EPOLLIN`, no flag: the herd.
+    NoFlag,
+    /// Raw `EPOLLEXCLUSIVE`: the monopoly.
+    Exclusive,
+    /// One `SO_REUSEPORT` listener per worker on the same port.
+    Reuseport,
+    /// Even registration ranks exclusive, odd ones not.
+    HalfMigrated,
+    /// Raw exclusive with DEL + ADD every 16 accepts (nginx 1.21.6).
+    #[value(name = "nginx-16")]
+    #[serde(rename = "nginx-16")]
+    Nginx16,
+    /// herdless, `Backend::Native`, `rotate_every(1)`.
+    HerdlessNative,
+    /// herdless, `Backend::Emulated`, `rotate_every(1)`.
+    HerdlessEmulated,
+}
+
+impl Setup {
+    fn name(self) -> &'static str {
+        match self {
+            Setup::NoFlag => "no-flag",
+            Setup::Exclusive => "exclusive",
+            Setup::Reuseport => "reuseport",
+            Setup::HalfMigrated => "half-migrated",
+            Setup::Nginx16 => "nginx-16",
+            Setup::HerdlessNative => "herdless-native",
+            Setup::HerdlessEmulated => "herdless-emulated",
+        }
+    }
+
+    fn backend(self) -> Option<Backend> {
+        match self {
+            Setup::HerdlessNative => Some(Backend::Native),
+            Setup::HerdlessEmulated => Some(Backend::Emulated),
+            _ => None,
+        }
+    }
+
+    /// The raw registration of the worker at registration `rank`.
+    fn raw_mode(self, rank: usize) -> RawMode {
+        let exclusive = match self {
+            Setup::Exclusive | Setup::Nginx16 => true,
+            Setup::HalfMigrated => rank % 2 == 0,
+            _ => false,
+        };
+        let readd_every = (self == Setup::Nginx16).then_some(16);
+        RawMode {
+            exclusive,
+            readd_every,
+        }
+    }
+}
+
+/// What one run of one setup measured.
+#[derive(Debug, Clone, Serialize)]
+struct RunRow {
+    setup: Setup,
+    run: usize,
+    workers: usize,
+    connections: usize,
+    delay_ms: f64,
+    work_ms: f64,
+    reverse_registration: bool,
+    /// Wake-ups with an event for the listener, all workers.
+    wakeups: u64,
+    /// Wake-ups whose first accept found nothing.
+    empty_wakeups: u64,
+    /// Accepts per worker in registration order (after a kill: the survivors', after the kill).
+    per_worker: Vec<u64>,
+    /// Connections accepted in all.
+    accepted: u64,
+    /// Connections made but never accepted.
+    lost: u64,
+    /// Voluntary context switches of all workers: kernel-level wake-ups, seen or not.
+    kernel_wakeups: u64,
+    /// User plus system CPU time of all workers, milliseconds.
+    worker_cpu_ms: f64,
+    /// Accepts of the killed first registrant, if one was killed.
+    killed_front_accepts: Option<u64>,
+    max_share: f64,
+    spread: u64,
+    jain: f64,
+}
+
+pub fn run(args: Args) -> Res<()> {
+    if args.workers == 0 || args.connections == 0 || args.runs == 0 {
+        return Err("--workers, --connections and --runs must be at least 1".into());
+    }
+    if args.kill_front_at.is_some_and(|k| k >= args.connections) {
+        return Err("--kill-front-at must be below --connections".into());
+    }
+    if args.kill_front_at.is_some() && args.workers < 2 {
+        return Err("--kill-front-at needs at least 2 workers".into());
+    }
+    print_header(&args);
+    let mut rows = Vec::new();
+    for &setup in &args.setups {
+        let mut runs = Vec::new();
+        for run in 0..args.runs {
+            runs.push(run_once(&args, setup, run)?);
+        }
+        print_row(&runs);
+        rows.extend(runs);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
+        println!("\nJSON rows written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The listeners of one run: one shared, or one per worker (`SO_REUSEPORT`).
+fn listeners(setup: Setup, workers: usize) -> Res<Vec<TcpListener>> {
+    Ok(match setup {
+        Setup::Reuseport => sock_util::reuseport_group(workers)?,
+        _ => vec![sock_util::listener(
+            SocketAddrV4::new([127, 0, 0, 1].into(), 0),
+            false,
+        )?],
+    })
+}
+
+/// The forked workers of one run, by registration rank.
+struct Crew {
+    pids: Vec<i32>,
+    controls: Vec<OwnedFd>,
+}
+
+/// Registration rank → fork index.
+fn fork_index(args: &Args, rank: usize) -> usize {
+    match args.reverse_registration {
+        true => args.workers - 1 - rank,
+        false => rank,
+    }
+}
+
+fn run_once(args: &Args, setup: Setup, run: usize) -> Res<RunRow> {
+    let listeners = listeners(setup, args.workers)?;
+    let addr = sock_util::v4_addr(&listeners[0])?;
+    let group = match setup.backend() {
+        Some(backend) => Some(
+            Group::builder()
+                .backend(backend)
+                .rotate_every(1)
+                .max_members(args.workers.max(2))
+                .build()?,
+        ),
+        None => None,
+    };
+    let counters = SharedCounters::new(args.workers * COUNTERS)?;
+    let crew = spawn_crew(args, setup, &listeners, group.as_ref(), &counters)?;
+    // The workers hold the listeners now; the parent's copies would keep a dead worker's
+    // SO_REUSEPORT queue alive.
+    drop(listeners);
+    sock_util::until_asleep(&crew.pids, STEP_LIMIT)?;
+    let outcome = connect_all(args, addr, &crew, &counters);
+    let usages = stop_crew(&crew, outcome.as_ref().ok().and_then(|o| o.killed));
+    let outcome = outcome?;
+    Ok(row(args, setup, run, &counters, &outcome, &usages?))
+}
+
+fn spawn_crew(
+    args: &Args,
+    setup: Setup,
+    listeners: &[TcpListener],
+    group: Option<&Group>,
+    counters: &SharedCounters,
+) -> Res<Crew> {
+    let (ack_r, ack_w) = sock_util::pipe()?;
+    let mut by_fork = Vec::new();
+    for fork in 0..args.workers {
+        let rank = (0..args.workers)
+            .find(|&r| fork_index(args, r) == fork)
+            .expect("a permutation");
+        let (control_r, control_w) = sock_util::pipe()?;
+        let worker = Worker {
+            rank,
+            listener: listeners[rank.min(listeners.len() - 1)].as_fd(),
+            control: control_r,
+            ack: ack_w.as_raw_fd(),
+            counters,
+            work: Duration::from_secs_f64(args.work_ms / 1e3),
+            mode: match group {
+                Some(g) => Mode::Herdless(g),
+                None => Mode::Raw(setup.raw_mode(rank)),
+            },
+        };
+        // SAFETY: the lab is single-threaded here; the child only runs the worker (std, libc,
+        // herdless) and leaves with _exit, never returning into the parent's code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        if pid == 0 {
+            close_others(listeners, worker.listener.as_raw_fd());
+            let code = match worker.run() {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("worker {rank}: {e}");
+                    1
+                }
+            };
+            // SAFETY: leaves the child at once, without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        by_fork.push((rank, pid, control_w));
+    }
+    drop(ack_w);
+    by_fork.sort_by_key(|w| w.0);
+    let (pids, controls): (Vec<i32>, Vec<OwnedFd>) =
+        by_fork.into_iter().map(|(_, p, c)| (p, c)).unzip();
+    for control in &controls {
+        // Registration order is exact: one worker registers, acknowledges, then the next.
+        sock_util::write_all(control.as_raw_fd(), b"g")?;
+        read_with_limit(&ack_r)?;
+    }
+    Ok(Crew { pids, controls })
+}
+
+/// In a child: closes the listeners that are not its own, so that a dead worker's
+/// `SO_REUSEPORT` listener really closes.
+fn close_others(listeners: &[TcpListener], mine: i32) {
+    for l in listeners.iter().filter(|l| l.as_raw_fd() != mine) {
+        // SAFETY: the child never uses these listeners again and leaves by _exit, so nothing
+        // closes them a second time.
+        unsafe { libc::close(l.as_raw_fd()) };
+    }
+}
+
+/// Reads one byte, or fails after [`STEP_LIMIT`].
+fn read_with_limit(fd: &OwnedFd) -> Res<()> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, STEP_LIMIT.as_millis() as i32) };
+    if n != 1 {
+        return Err("a worker did not acknowledge its registration".into());
+    }
+    let mut byte = [0u8; 1];
+    sock_util::read_exact(fd.as_raw_fd(), &mut byte)?;
+    Ok(())
+}
+
+/// What the connection loop saw.
+struct Connected {
+    made: u64,
+    /// The killed first registrant: its pid and the accepts per rank at the kill.
+    killed: Option<i32>,
+    at_kill: Option<Vec<u64>>,
+}
+
+fn accepts(counters: &SharedCounters, workers: usize) -> Vec<u64> {
+    (0..workers)
+        .map(|r| {
+            counters
+                .get(r * COUNTERS + Counter::Accepts as usize)
+                .load(SeqCst)
+        })
+        .collect()
+}
+
+/// Waits until `target` connections were accepted in all, or no accept happened for
+/// [`STEP_LIMIT`]; returns the accepts per rank.
+fn until_accepted(counters: &SharedCounters, workers: usize, target: u64) -> Vec<u64> {
+    let mut last = accepts(counters, workers);
+    let mut progress = Instant::now();
+    while last.iter().sum::<u64>() < target && progress.elapsed() < STEP_LIMIT {
+        std::thread::sleep(Duration::from_micros(200));
+        let now = accepts(counters, workers);
+        if now != last {
+            progress = Instant::now();
+            last = now;
+        }
+    }
+    last
+}
+
+fn connect_all(
+    args: &Args,
+    addr: SocketAddrV4,
+    crew: &Crew,
+    counters: &SharedCounters,
+) -> Res<Connected> {
+    let mut out = Connected {
+        made: 0,
+        killed: None,
+        at_kill: None,
+    };
+    let start = Instant::now();
+    let gap = Duration::from_secs_f64(args.delay_ms / 1e3);
+    for i in 0..args.connections {
+        if args.kill_front_at == Some(i) {
+            let at_kill = until_accepted(counters, args.workers, out.made);
+            // SAFETY: signals our own child.
+            unsafe { libc::kill(crew.pids[0], libc::SIGKILL) };
+            out.killed = Some(crew.pids[0]);
+            out.at_kill = Some(at_kill);
+        }
+        if let Some(wait) = (start + gap * i as u32).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let target = std::net::SocketAddr::V4(addr);
+        if TcpStream::connect_timeout(&target, Duration::from_secs(1)).is_ok() {
+            out.made += 1;
+        }
+    }
+    until_accepted(counters, args.workers, out.made);
+    Ok(out)
+}
+
+/// Stops every worker (the stop byte; SIGKILL after [`STEP_LIMIT`]) and returns each one's
+/// resource usage, by rank, as the kernel reports it when reaping the child.
+fn stop_crew(crew: &Crew, killed: Option<i32>) -> Res<Vec<libc::rusage>> {
+    for (pid, control) in crew.pids.iter().zip(&crew.controls) {
+        if Some(*pid) != killed {
+            // A worker that died already cannot read it; reaping says so below.
+            let _ = sock_util::write_all(control.as_raw_fd(), b"s");
+        }
+    }
+    let deadline = Instant::now() + STEP_LIMIT;
+    let mut usages = Vec::new();
+    let mut failed = 0;
+    for &pid in &crew.pids {
+        let (status, usage) = reap(pid, deadline)?;
+        let clean = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        if !clean && Some(pid) != killed {
+            failed += 1;
+        }
+        usages.push(usage);
+    }
+    if failed > 0 {
+        return Err(format!("{failed} worker(s) failed or had to be killed").into());
+    }
+    Ok(usages)
+}
+
+/// Reaps `pid`, killing it if it is still there at `deadline`.
+fn reap(pid: i32, deadline: Instant) -> Res<(i32, libc::rusage)> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: reaps our own child into live out-parameters.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            return Ok((status, usage));
+        }
+        if r < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        if Instant::now() > deadline {
+            // SAFETY: signals our own, overdue child; the next wait4 reaps it.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn sum_counter(counters: &SharedCounters, workers: usize, c: Counter) -> u64 {
+    (0..workers)
+        .map(|r| counters.get(r * COUNTERS + c as usize).load(SeqCst))
+        .sum()
+}
+
+fn row(
+    args: &Args,
+    setup: Setup,
+    run: usize,
+    counters: &SharedCounters,
+    connected: &Connected,
+    usages: &[libc::rusage],
+) -> RunRow {
+    let all = accepts(counters, args.workers);
+    let accepted: u64 = all.iter().sum();
+    let per_worker = match &connected.at_kill {
+        // The survivors, and only what they accepted after the kill.
+        Some(at_kill) => all
+            .iter()
+            .zip(at_kill)
+            .skip(1)
+            .map(|(a, b)| a - b)
+            .collect(),
+        None => all.clone(),
+    };
+    let dist = Distribution::of(&per_worker);
+    RunRow {
+        setup,
+        run,
+        workers: args.workers,
+        connections: args.connections,
+        delay_ms: args.delay_ms,
+        work_ms: args.work_ms,
+        reverse_registration: args.reverse_registration,
+        wakeups: sum_counter(counters, args.workers, Counter::Wakeups),
+        empty_wakeups: sum_counter(counters, args.workers, Counter::Empty),
+        per_worker,
+        accepted,
+        lost: connected.made.saturating_sub(accepted) + (args.connections as u64 - connected.made),
+        kernel_wakeups: usages.iter().map(|u| u.ru_nvcsw as u64).sum(),
+        worker_cpu_ms: usages.iter().map(sock_util::cpu_ms).sum(),
+        killed_front_accepts: connected.killed.map(|_| all[0]),
+        max_share: dist.max_share,
+        spread: dist.spread,
+        jain: dist.jain,
+    }
+}
+
+fn print_header(args: &Args) {
+    let order = match args.reverse_registration {
+        true => "reversed (fork order 0..W, the last-born registers first)",
+        false => "= fork order",
+    };
+    println!(
+        "herd accept: {} forked workers, {} connections {} ms apart, {} ms work each, \
+         {} run(s) per setup; registration order {order}",
+        args.workers, args.connections, args.delay_ms, args.work_ms, args.runs
+    );
+    if let Some(k) = args.kill_front_at {
+        println!(
+            "the first registrant is SIGKILLed after {k} accepts; `per worker` is the \
+             survivors' accepts after the kill"
+        );
+    }
+    println!(
+        "figures: mean (min–max) over runs; `per worker` in registration order, last run; \
+         kernel wake-ups = voluntary context switches of the workers\n"
+    );
+    println!(
+        "| setup | wake-ups | empty | wake-ups/conn | kernel wake-ups/conn | worker CPU ms | \
+         per worker | top share | max−min | Jain | lost |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+}
+
+fn print_row(runs: &[RunRow]) {
+    let of = |f: &dyn Fn(&RunRow) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
+    let conns = |r: &RunRow| r.accepted.max(1) as f64;
+    let last = runs.last().expect("at least one run");
+    let killed = match last.killed_front_accepts {
+        Some(k) => format!(" (killed front: {k})"),
+        None => String::new(),
+    };
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {}{killed} | {} | {} | {} | {} |",
+        last.setup.name(),
+        whole(of(&|r| r.wakeups as f64)),
+        whole(of(&|r| r.empty_wakeups as f64)),
+        of(&|r| r.wakeups as f64 / conns(r)),
+        of(&|r| r.kernel_wakeups as f64 / conns(r)),
+        whole(of(&|r| r.worker_cpu_ms)),
+        sketch(&last.per_worker),
+        of(&|r| r.max_share),
+        whole(of(&|r| r.spread as f64)),
+        of(&|r| r.jain),
+        whole(of(&|r| r.lost as f64)),
+    );
+}
+
+/// A spread of counts, without decimals.
+fn whole(s: Spread) -> String {
+    if s.min == s.max {
+        format!("{:.0}", s.mean)
+    } else {
+        format!("{:.0} ({:.0}–{:.0})", s.mean, s.min, s.max)
+    }
 }

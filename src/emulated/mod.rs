@@ -66,6 +66,8 @@ fn token(group: &GroupInner) -> Token<'_> {
 /// One registration of an emulated member.
 struct Registration {
     key: usize,
+    /// The open file behind the descriptor when it was registered.
+    identity: u64,
     interest: Interest,
     /// Registration order, for serving ready descriptors in turn.
     seq: u64,
@@ -145,10 +147,14 @@ impl EmulatedWaiter {
         key: usize,
         interest: Interest,
     ) -> Result<()> {
-        if self.registrations.contains_key(&fd) {
-            return Err(Error::AlreadyRegistered { fd });
-        }
         let identity = identify(fd)?;
+        if let Some(old) = self.registrations.get(&fd) {
+            if old.identity == identity {
+                return Err(Error::AlreadyRegistered { fd });
+            }
+            // The old descriptor was closed and its number reused: forget the old one.
+            self.delete_closed(&token(group), fd);
+        }
         let source = match interest.is_exclusive() {
             true => Some(group.shared.source_index(identity)?),
             false => None,
@@ -161,6 +167,7 @@ impl EmulatedWaiter {
             fd,
             Registration {
                 key,
+                identity,
                 interest,
                 seq: self.next_seq,
                 source,
@@ -277,9 +284,13 @@ impl EmulatedWaiter {
         Ok(())
     }
 
+    /// Forgets a registration whose descriptor was closed.
     fn delete_closed(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
         let reg = self.registrations.remove(&fd)?;
         self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
+        if reg.in_poller {
+            self.poller_delete(fd);
+        }
         let s = reg.source?;
         tk.shared.source(s).set_member(self.me, false);
         self.release_source(tk, s);

@@ -291,19 +291,23 @@ impl Turns {
         outcome(results)
     }
 
-    /// Members are forked processes; each joins in the child. `kill_leader_after`: SIGKILL the
-    /// member that holds the token once that many messages were read.
-    pub fn processes(&self, kill_leader_after: Option<u64>) -> (Outcome, Option<usize>) {
+    /// Members are forked processes; each joins in the child. `faults` kill members mid-run.
+    /// Returns the outcome and the indices of the members killed.
+    pub fn processes(&self, faults: &[Kill]) -> (Outcome, Vec<usize>) {
         let group = self.group();
         let (rx, tx) = pipe();
         let (ack_r, ack_w) = pipe();
         let (res_r, res_w) = pipe();
         let (ready_r, ready_w) = pipe();
         for fd in [&ack_r, &res_r, &ready_r] {
-            // The parent reads these blocking.
-            // SAFETY: fcntl on our own descriptor.
+            // SAFETY: fcntl on our own descriptor: the parent reads these blocking.
             unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) };
         }
+        let hang_on: Vec<u64> = faults
+            .iter()
+            .filter(|k| k.victim == Victim::Handling)
+            .map(|k| k.at)
+            .collect();
         let mut pids = Vec::new();
         for index in 0..self.members {
             // SAFETY: the child only uses this crate, raw system calls and _exit.
@@ -313,21 +317,20 @@ impl Turns {
                 drop(tx);
                 let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let mut waiter = group.join().unwrap();
-                    waiter
-                        .add(
-                            &rx,
-                            0,
-                            herdless::Interest::READABLE
-                                .exclusive()
-                                .one_event_round_robin(),
-                        )
-                        .unwrap();
+                    let interest = herdless::Interest::READABLE
+                        .exclusive()
+                        .one_event_round_robin();
+                    waiter.add(&rx, 0, interest).unwrap();
                     write_all(ready_w.as_raw_fd(), &[1]);
-                    let (count, empty, switches, ids) =
+                    let (count, empty, switches, _) =
                         member_loop(&mut waiter, rx.as_raw_fd(), |id| {
-                            write_all(ack_w.as_raw_fd(), &id.to_ne_bytes())
+                            let mut ack = id.to_ne_bytes().to_vec();
+                            ack.extend_from_slice(&(index as u64).to_ne_bytes());
+                            write_all(ack_w.as_raw_fd(), &ack);
+                            if hang_on.contains(&id) {
+                                hang_forever();
+                            }
                         });
-                    let _ = ids;
                     let mut record = Vec::new();
                     for v in [index as u64, count, empty, switches] {
                         record.extend_from_slice(&v.to_ne_bytes());
@@ -348,38 +351,48 @@ impl Turns {
             until_asleep(pid as u32, &[pid]);
         }
         let mut ids = Vec::new();
-        let mut killed = None;
+        let mut killed = Vec::new();
+        let mut per_member = vec![0u64; self.members];
         for i in 0..self.messages {
-            if kill_leader_after == Some(i) {
-                let leader = group
-                    .stats()
-                    .into_iter()
-                    .find(|m| m.leader && m.alive)
-                    .expect("some member holds the token");
+            for kill in faults
+                .iter()
+                .filter(|k| k.at == i && k.victim != Victim::Handling)
+            {
+                let victim = kill.choose(&group, &pids, &killed);
                 // SAFETY: kill(2) on our own child.
-                unsafe { libc::kill(leader.pid as i32, libc::SIGKILL) };
-                killed = pids.iter().position(|&p| p as u32 == leader.pid);
+                unsafe { libc::kill(pids[victim], libc::SIGKILL) };
+                killed.push(victim);
             }
             write_msg(tx.as_raw_fd(), i);
-            let mut id = [0u8; 8];
-            read_exact(ack_r.as_raw_fd(), &mut id);
-            ids.push(u64::from_ne_bytes(id));
+            let mut ack = [0u8; 16];
+            read_exact(ack_r.as_raw_fd(), &mut ack);
+            let id = u64::from_ne_bytes(ack[..8].try_into().unwrap());
+            let member = u64::from_ne_bytes(ack[8..].try_into().unwrap()) as usize;
+            ids.push(id);
+            per_member[member] += 1;
+            if hang_on.contains(&id) {
+                // That member now "handles" the message forever, its readiness not consumed.
+                // SAFETY: kill(2) on our own child.
+                unsafe { libc::kill(pids[member], libc::SIGKILL) };
+                killed.push(member);
+            }
             if let Some(gap) = self.gap {
                 std::thread::sleep(gap);
             }
         }
         drop(tx);
-        let mut per_member = vec![0; self.members];
         let (mut empty_reads, mut kernel_wakeups) = (0, 0);
-        let survivors = self.members - usize::from(killed.is_some());
-        for _ in 0..survivors {
+        for _ in 0..self.members - killed.len() {
             let mut record = [0u8; 32];
             read_exact(res_r.as_raw_fd(), &mut record);
             let v: Vec<u64> = record
                 .chunks(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
                 .collect();
-            per_member[v[0] as usize] = v[1];
+            assert_eq!(
+                per_member[v[0] as usize], v[1],
+                "a member's own count disagrees"
+            );
             empty_reads += v[2];
             kernel_wakeups += v[3];
         }
@@ -387,17 +400,12 @@ impl Turns {
             let mut status = 0;
             // SAFETY: reaps our own child.
             unsafe { libc::waitpid(pid, &mut status, 0) };
-            if killed != Some(index) {
+            if !killed.contains(&index) {
                 assert!(
                     libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
                     "member {index} failed (status {status})"
                 );
             }
-        }
-        if let Some(k) = killed {
-            // What the killed member read before it died: the acknowledged ids not counted by
-            // the survivors.
-            per_member[k] = self.messages - per_member.iter().sum::<u64>();
         }
         let outcome = Outcome {
             per_member,
@@ -407,6 +415,53 @@ impl Turns {
         };
         (outcome, killed)
     }
+}
+
+/// Which member a fault kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Victim {
+    /// The member holding the emulation's token (asleep, watching the descriptor).
+    TokenHolder,
+    /// A member asleep in `wait` that does not hold the token.
+    Idle,
+    /// The member that read message `at` and is "handling" it, its readiness not consumed.
+    Handling,
+}
+
+/// SIGKILL a member just before message `at` is written (for `Handling`: right after it was
+/// read).
+#[derive(Debug, Clone, Copy)]
+pub struct Kill {
+    pub at: u64,
+    pub victim: Victim,
+}
+
+impl Kill {
+    fn choose(&self, group: &Group, pids: &[i32], killed: &[usize]) -> usize {
+        let stats = group.stats();
+        let candidates: Vec<usize> = (0..pids.len())
+            .filter(|i| !killed.contains(i))
+            .filter(|&i| {
+                let m = stats.iter().find(|m| m.pid == pids[i] as u32);
+                m.is_some_and(|m| m.alive && m.leader == (self.victim == Victim::TokenHolder))
+            })
+            .collect();
+        let victim = *candidates.first().expect("no member to kill");
+        if self.victim == Victim::Idle {
+            until_asleep(pids[victim] as u32, &[pids[victim]]);
+        }
+        victim
+    }
+}
+
+/// Blocks the calling process until it is killed.
+fn hang_forever() -> ! {
+    let (r, _w) = pipe();
+    // SAFETY: fcntl on our own descriptor.
+    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, 0) };
+    let mut byte = [0u8; 1];
+    read_exact(r.as_raw_fd(), &mut byte);
+    unreachable!("nobody writes to this pipe");
 }
 
 fn outcome(results: Vec<(u64, u64, u64, Vec<u64>)>) -> Outcome {

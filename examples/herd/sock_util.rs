@@ -1,0 +1,299 @@
+//! Socket-lab plumbing shared by `herd accept` and `herd drain`: listeners (plain or
+//! `SO_REUSEPORT`), a thin raw-epoll handle for the setups that must be exactly the seeds'
+//! system calls, counters in shared memory that forked workers update and the parent reads, and
+//! the /proc check that a process sleeps in its wait. Kept raw on purpose: the raw setups are the
+//! baseline herdless is measured against, so nothing of herdless may hide in them.
+
+use std::io;
+use std::net::{SocketAddr, SocketAddrV4, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{self, sockopt, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn};
+
+/// A non-blocking TCP listener on `addr` (port 0: any), with `SO_REUSEPORT` if asked, so that
+/// several listeners can share one port and the kernel hashes connections over them.
+pub fn listener(addr: SocketAddrV4, reuseport: bool) -> io::Result<TcpListener> {
+    let fd = socket::socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    if reuseport {
+        socket::setsockopt(&fd, sockopt::ReusePort, &true)?;
+    }
+    socket::bind(fd.as_raw_fd(), &SockaddrIn::from(addr))?;
+    socket::listen(&fd, Backlog::new(4096).unwrap_or(Backlog::MAXCONN))?;
+    Ok(TcpListener::from(fd))
+}
+
+/// The IPv4 address a listener is bound to.
+pub fn v4_addr(listener: &TcpListener) -> io::Result<SocketAddrV4> {
+    match listener.local_addr()? {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(_) => Err(io::Error::other("listener is not IPv4")),
+    }
+}
+
+/// `n` listeners on one loopback port, all with `SO_REUSEPORT`.
+pub fn reuseport_group(n: usize) -> io::Result<Vec<TcpListener>> {
+    let first = listener(SocketAddrV4::new([127, 0, 0, 1].into(), 0), true)?;
+    let addr = v4_addr(&first)?;
+    let mut all = vec![first];
+    for _ in 1..n {
+        all.push(listener(addr, true)?);
+    }
+    Ok(all)
+}
+
+/// Accepts one pending connection, non-blocking; `Ok(None)` when there is none (EAGAIN).
+pub fn accept_one(listener: RawFd) -> io::Result<Option<OwnedFd>> {
+    // SAFETY: accept4 on a listening descriptor we hold; null address pointers are allowed.
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
+        return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
+    }
+    let err = io::Error::last_os_error();
+    match err.kind() {
+        io::ErrorKind::WouldBlock => Ok(None),
+        // A connection reset before we took it: nothing to count, try the next.
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted => accept_one(listener),
+        _ => Err(err),
+    }
+}
+
+/// A raw epoll instance: exactly the seeds' system calls, nothing of herdless in between.
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes a flag and returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, flags: u32, data: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: flags,
+            u64: data,
+        };
+        // SAFETY: our epoll descriptor, a caller's descriptor and a live event struct.
+        if unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    pub fn add(&self, fd: RawFd, flags: u32, data: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, flags, data)
+    }
+
+    pub fn modify(&self, fd: RawFd, flags: u32, data: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, flags, data)
+    }
+
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout_ms` (-1: forever); an interrupting signal returns 0 events.
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
+        // SAFETY: the buffer is live and its length bounds what the kernel writes.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as libc::c_int,
+                timeout_ms,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(err),
+        }
+    }
+}
+
+/// A zeroed epoll event buffer of `n` entries.
+pub fn event_buffer(n: usize) -> Vec<libc::epoll_event> {
+    vec![libc::epoll_event { events: 0, u64: 0 }; n]
+}
+
+/// Counters in one anonymous shared mapping made before `fork`: children add, the parent reads,
+/// even after a child was killed.
+pub struct SharedCounters {
+    base: *const AtomicU64,
+    len: usize,
+}
+
+impl SharedCounters {
+    pub fn new(len: usize) -> io::Result<SharedCounters> {
+        let bytes = len.max(1) * std::mem::size_of::<AtomicU64>();
+        // SAFETY: a fresh anonymous shared mapping; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedCounters {
+            base: ptr.cast(),
+            len,
+        })
+    }
+
+    pub fn get(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.len, "counter {i} out of {}", self.len);
+        // SAFETY: in bounds of a zero-filled, page-aligned mapping that lives as long as self;
+        // zero bytes are a valid AtomicU64.
+        unsafe { &*self.base.add(i) }
+    }
+}
+
+impl Drop for SharedCounters {
+    fn drop(&mut self) {
+        let bytes = self.len.max(1) * std::mem::size_of::<AtomicU64>();
+        // SAFETY: unmaps exactly the mapping made in `new`; no reference outlives self.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, bytes) };
+    }
+}
+
+/// System calls a waiter sleeps in (x86_64 and aarch64 numbers).
+fn is_wait_syscall(nr: i64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const WAITS: &[i64] = &[7, 232, 271, 281, 441]; // poll, epoll_wait, ppoll, epoll_pwait, epoll_pwait2
+    #[cfg(target_arch = "aarch64")]
+    const WAITS: &[i64] = &[22, 73, 441]; // epoll_pwait, ppoll, epoll_pwait2
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    const WAITS: &[i64] = &[];
+    WAITS.contains(&nr)
+}
+
+/// Is (single-threaded) process `pid` asleep in a poll or epoll system call right now?
+fn asleep_in_wait(pid: i32) -> bool {
+    let base = format!("/proc/{pid}");
+    let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    if state != Some("S") {
+        return false;
+    }
+    let syscall = std::fs::read_to_string(format!("{base}/syscall")).unwrap_or_default();
+    syscall
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok())
+        .is_some_and(is_wait_syscall)
+}
+
+/// Waits (bounded by `limit`) until every listed process sleeps in its wait: checks the real
+/// condition in /proc, not a timed sleep.
+pub fn until_asleep(pids: &[i32], limit: Duration) -> io::Result<()> {
+    let start = Instant::now();
+    while !pids.iter().all(|&p| asleep_in_wait(p)) {
+        if start.elapsed() > limit {
+            return Err(io::Error::other("workers never fell asleep in their wait"));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
+/// Spins for `d`: the busy work a worker does per connection (a sleep would free the CPU and
+/// put the worker back in line, which is not what a busy worker does).
+pub fn busy_for(d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+/// A pipe (read end, write end), both close-on-exec and blocking.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+/// Writes all of `buf` to a blocking descriptor.
+pub fn write_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: writes from a live buffer of the given length.
+        let n = unsafe { libc::write(fd, buf[done..].as_ptr().cast(), buf.len() - done) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Reads exactly `buf.len()` bytes from a blocking descriptor; an early end of file is an error.
+pub fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: reads into a live buffer of the given length.
+        let n = unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done) };
+        match n {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n < 0 => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+            n => done += n as usize,
+        }
+    }
+    Ok(())
+}
+
+/// User plus system CPU time of a resource-usage record, in milliseconds.
+pub fn cpu_ms(usage: &libc::rusage) -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Resource usage of the calling thread (`RUSAGE_THREAD`).
+pub fn thread_usage() -> libc::rusage {
+    // SAFETY: rusage is plain data; zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `who` and a pointer to a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    usage
+}

@@ -1,0 +1,282 @@
+//! Faults: members killed with SIGKILL (idle, holding the token, handling an event, again and
+//! again), signals delivered to waiting members, a descriptor closed while registered, every
+//! member gone and a new one joining, the producer hanging up. Nothing is lost, nothing stalls.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::sync::{mpsc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use herdless::{Backend, Events, Group, Interest};
+
+/// The tests that fork run one at a time.
+static FORKING: Mutex<()> = Mutex::new(());
+
+fn turns(backend: Backend) -> Turns {
+    Turns {
+        backend,
+        rotate_every: 1,
+        members: 8,
+        messages: 800,
+        gap: None,
+    }
+}
+
+/// Runs 800 messages through 8 processes with `faults`, checks that every message was read
+/// exactly once and that every survivor took part.
+fn survive(backend: Backend, what: &str, faults: &[Kill]) {
+    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
+    let (out, killed) = turns(backend).processes(faults);
+    out.report(&format!("{backend:?} {what}, killed {killed:?}"));
+    assert_eq!(killed.len(), faults.len());
+    out.assert_exactly_once(800);
+    for (i, &c) in out.per_member.iter().enumerate() {
+        assert!(
+            killed.contains(&i) || c > 0,
+            "survivor {i} got nothing: {out:?}"
+        );
+    }
+}
+
+fn member_killed_while_idle(backend: Backend) {
+    let kill = Kill {
+        at: 300,
+        victim: Victim::Idle,
+    };
+    survive(backend, "idle member killed at 300", &[kill]);
+}
+
+fn token_holder_killed(backend: Backend) {
+    if backend == Backend::Native {
+        eprintln!("SKIPPED for native: no token (the kernel's wait queue is the line)");
+        return;
+    }
+    let kill = Kill {
+        at: 400,
+        victim: Victim::TokenHolder,
+    };
+    survive(backend, "token holder killed at 400", &[kill]);
+}
+
+fn member_killed_while_handling(backend: Backend) {
+    let kill = Kill {
+        at: 200,
+        victim: Victim::Handling,
+    };
+    survive(backend, "member killed handling message 200", &[kill]);
+}
+
+fn members_killed_again_and_again(backend: Backend) {
+    let victims = [
+        Victim::Idle,
+        Victim::Handling,
+        Victim::Idle,
+        Victim::Handling,
+    ];
+    let mut faults: Vec<Kill> = (0..4u64)
+        .map(|i| Kill {
+            at: 100 + 150 * i,
+            victim: victims[i as usize],
+        })
+        .collect();
+    if backend == Backend::Emulated {
+        faults.push(Kill {
+            at: 720,
+            victim: Victim::TokenHolder,
+        });
+    }
+    survive(backend, "members killed again and again", &faults);
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// Signals interrupt the kernel wait (no SA_RESTART): `wait` goes on, no error, no lost event.
+fn signals_do_not_break_a_wait(backend: Backend) {
+    // SAFETY: installs a handler that does nothing, for SIGUSR1, without SA_RESTART.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore_signal as usize;
+        libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
+    }
+    let group = Group::builder().backend(backend).build().unwrap();
+    let (rx, tx) = pipe();
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let mut waiter = group.join().unwrap();
+    waiter.add(&rx, 5, Interest::READABLE.exclusive()).unwrap();
+    let handle = thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
+        let mut events = Events::with_capacity(4);
+        let result = waiter
+            .wait(&mut events, None)
+            .map(|_| events.iter().next().map(|e| e.key));
+        (result, waiter)
+    });
+    let tid = tid_rx.recv().unwrap();
+    for _ in 0..20 {
+        until_asleep(std::process::id(), &[tid]);
+        // SAFETY: signals our own thread.
+        unsafe { libc::syscall(libc::SYS_tgkill, std::process::id(), tid, libc::SIGUSR1) };
+    }
+    until_asleep(std::process::id(), &[tid]);
+    write_msg(tx.as_raw_fd(), 1);
+    let (result, mut waiter) = handle.join().unwrap();
+    assert_eq!(result.unwrap(), Some(5));
+    assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(1)));
+    waiter.delete(&rx).unwrap();
+}
+
+/// A descriptor closed while registered is forgotten, and its number can be added again.
+fn closed_while_registered(backend: Backend) {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let mut waiter = group.join().unwrap();
+    let (rx, old_tx) = pipe();
+    waiter.add(&rx, 1, Interest::READABLE.exclusive()).unwrap();
+    // Close the registered pipe and reuse its number for a new pipe in one step (dup2), so no
+    // other thread of the test binary can take the number in between.
+    let (fresh, tx) = pipe();
+    // SAFETY: dup2 onto our own descriptor: closes the registered file, puts the new one there.
+    assert_eq!(
+        unsafe { libc::dup2(fresh.as_raw_fd(), rx.as_raw_fd()) },
+        rx.as_raw_fd()
+    );
+    drop((fresh, old_tx));
+    let mut events = Events::with_capacity(4);
+    waiter
+        .wait(&mut events, Some(Duration::from_millis(20)))
+        .unwrap();
+    waiter.add(&rx, 2, Interest::READABLE.exclusive()).unwrap();
+    write_msg(tx.as_raw_fd(), 9);
+    waiter
+        .wait(&mut events, Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(events.iter().map(|e| e.key).collect::<Vec<_>>(), [2]);
+    waiter.delete(&rx).unwrap();
+}
+
+/// Every member leaves; a new one joins (in a reused slot) and gets the queued messages.
+fn everyone_gone_then_a_new_member(backend: Backend) {
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(2)
+        .build()
+        .unwrap();
+    let (rx, tx) = pipe();
+    for _ in 0..2 {
+        let mut a = group.join().unwrap();
+        let mut b = group.join().unwrap();
+        a.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+        b.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+    }
+    write_msg(tx.as_raw_fd(), 3);
+    let mut late = group.join().unwrap();
+    late.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+    let mut events = Events::with_capacity(4);
+    assert_eq!(
+        late.wait(&mut events, Some(Duration::from_secs(10)))
+            .unwrap(),
+        1
+    );
+    assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(3)));
+    let stats = group.stats();
+    assert_eq!(stats.iter().filter(|m| m.alive).count(), 1, "{stats:?}");
+}
+
+/// The producer closes its end: every waiter sees the hang-up and stops.
+fn producer_hangup_stops_everyone(backend: Backend) {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let (rx, tx) = pipe();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let mut waiter = group.join().unwrap();
+            waiter.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+            let fd = rx.as_raw_fd();
+            thread::spawn(move || {
+                let mut events = Events::with_capacity(1);
+                loop {
+                    waiter.wait(&mut events, None).unwrap();
+                    if !events.is_empty() && read_msg(fd) == Some(None) {
+                        return; // end of file: stop (leaving passes the watch on)
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// All `Group` handles dropped: the members keep the group alive and keep working.
+fn waiter_outlives_its_group_handle(backend: Backend) {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let mut waiter = group.join().unwrap();
+    drop(group);
+    let (rx, tx) = pipe();
+    waiter.add(&rx, 4, Interest::READABLE.exclusive()).unwrap();
+    write_msg(tx.as_raw_fd(), 1);
+    let mut events = Events::with_capacity(4);
+    assert_eq!(
+        waiter
+            .wait(&mut events, Some(Duration::from_secs(10)))
+            .unwrap(),
+        1
+    );
+}
+
+/// A Waiter carried into a forked child is refused there (it belongs to the parent's member),
+/// and the parent's member is untouched.
+fn waiter_in_a_forked_child_is_refused(backend: Backend) {
+    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
+    let group = Group::builder().backend(backend).build().unwrap();
+    let mut waiter = group.join().unwrap();
+    let (rx, tx) = pipe();
+    waiter.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+    // SAFETY: the child only uses this crate and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut events = Events::with_capacity(1);
+        let refused = matches!(
+            waiter.wait(&mut events, None),
+            Err(herdless::Error::ForkedWaiter { .. })
+        ) && matches!(
+            waiter.add(&tx, 1, Interest::READABLE),
+            Err(herdless::Error::ForkedWaiter { .. })
+        );
+        drop(waiter); // must not make the parent's member leave
+                      // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: reaps our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child was not refused"
+    );
+    assert!(group.stats()[0].alive);
+    write_msg(tx.as_raw_fd(), 1);
+    let mut events = Events::with_capacity(4);
+    assert_eq!(
+        waiter
+            .wait(&mut events, Some(Duration::from_secs(10)))
+            .unwrap(),
+        1
+    );
+}
+
+against_every_backend!(
+    member_killed_while_idle,
+    token_holder_killed,
+    member_killed_while_handling,
+    members_killed_again_and_again,
+    signals_do_not_break_a_wait,
+    closed_while_registered,
+    everyone_gone_then_a_new_member,
+    producer_hangup_stops_everyone,
+    waiter_outlives_its_group_handle,
+    waiter_in_a_forked_child_is_refused,
+);

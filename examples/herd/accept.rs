@@ -225,7 +225,8 @@ fn run_once(args: &Args, setup: Setup, run: usize) -> Res<RunRow> {
     // The workers hold the listeners now; the parent's copies would keep a dead worker's
     // SO_REUSEPORT queue alive.
     drop(listeners);
-    sock_util::until_asleep(&crew.pids, STEP_LIMIT)?;
+    let tasks: Vec<(i32, i32)> = crew.pids.iter().map(|&p| (p, p)).collect();
+    sock_util::until_asleep(&tasks, STEP_LIMIT)?;
     let outcome = connect_all(args, addr, &crew, &counters);
     let usages = stop_crew(&crew, outcome.as_ref().ok().and_then(|o| o.killed));
     let outcome = outcome?;

@@ -1,17 +1,234 @@
-//! (being written)
+//! The herd benchmark (seed 003): one producer, one shared pipe or POSIX message queue, 1 versus
+//! 500 waiters, in every mode side by side: the `polling` crate used plainly (the herd), raw
+//! `EPOLLEXCLUSIVE` (the monopoly), herdless native round robin and herdless emulated round
+//! robin. Each row reports time, kernel-level wake-ups per message (voluntary context switches
+//! of the waiters), user-level empty wake-ups, and who got what.
+//!
+//! This file holds the command line and the order of the runs; `herd_run.rs` runs one row and
+//! `herd_report.rs` prints the table and writes the JSON and SVG.
 
-#[derive(clap::Args, Debug)]
-pub struct Args {}
+#[path = "herd_report.rs"]
+mod report;
+#[path = "herd_run.rs"]
+mod rows;
 
-pub fn run(_workload: Workload, _args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    Err("not written yet".into())
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use report::{Outcome, Report};
+use rows::{Mode, Refusal, RowSpec};
+
+/// Messages per row in the default comparison (per waiter count and mode).
+const DEFAULT_MESSAGES: u64 = 100_000;
+/// The most messages the plain mode gets at `HERD_SIZE` waiters or more by default.
+const DEFAULT_PLAIN_CAP: u64 = 20_000;
+/// From this many waiters up, plain's herd makes every message cost hundreds of wake-ups.
+const HERD_SIZE: usize = 100;
+
+/// Flags of `herd pipe` and `herd mq`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Waiter counts to compare, comma-separated; the figures of each are set against the
+    /// smallest.
+    #[arg(long, value_delimiter = ',', default_value = "1,500")]
+    waiters: Vec<usize>,
+    /// Messages (8-byte ids) the producer writes per row.
+    #[arg(long, default_value_t = DEFAULT_MESSAGES)]
+    messages: u64,
+    /// Most messages for the `plain` mode at 100 waiters or more, where each message wakes the
+    /// whole herd (0: no cap). Its figures are per message, so they stay comparable; the table
+    /// marks the row.
+    #[arg(long, default_value_t = DEFAULT_PLAIN_CAP)]
+    plain_cap: u64,
+    /// Modes to run, comma-separated: plain (the `polling` crate, one Poller per waiter, no
+    /// exclusivity), native-exclusive (raw EPOLLEXCLUSIVE, no rotation), native-rr (herdless
+    /// native, rotate every event, one event round robin), emulated-rr (herdless token passing,
+    /// likewise).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "plain,native-exclusive,native-rr,emulated-rr"
+    )]
+    modes: Vec<Mode>,
+    /// Busy work per message, in microseconds, after the read (0: none).
+    #[arg(long, default_value_t = 0)]
+    work_us: u64,
+    /// Waiters are forked processes (each joins the group in the child and reports its figures
+    /// through a pipe) instead of threads.
+    #[arg(long)]
+    processes: bool,
+    /// Repeat every row this many times (interleaved); the table shows mean (min–max).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// The producer stops early after this many seconds of a row (the row then reports the
+    /// messages it did write); bounds every run.
+    #[arg(long, default_value_t = 20.0)]
+    time_cap: f64,
+    /// Where to write every row as JSON (default: target/herd/herd-<workload>.json).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Where to write the chart (default: target/herd/herd-<workload>.svg).
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
+/// The shared descriptor the waiters wait on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
+    /// A pipe: non-blocking read end shared by the waiters, blocking write end for the producer.
     Pipe,
+    /// A POSIX message queue (mq_open), non-blocking for the waiters.
     Mq,
 }
 
+impl Workload {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Workload::Pipe => "pipe",
+            Workload::Mq => "mq",
+        }
+    }
+}
+
+/// `herd pipe` / `herd mq`: one workload with the given flags.
+pub fn run(workload: Workload, args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let name = format!("herd-{}", workload.name());
+    compare(&[workload], &args, &name)
+}
+
+/// `herd` with no subcommand: both workloads, 1 and 500 waiters, every mode, threads, sized to
+/// take about a minute on a 2-core machine.
 pub fn default_comparison() -> Result<(), Box<dyn std::error::Error>> {
-    Err("not written yet".into())
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        args: Args,
+    }
+    let defaults = Defaults::parse_from(["herd"]).args;
+    compare(&[Workload::Pipe, Workload::Mq], &defaults, "herd")
+}
+
+/// Runs every (run, workload, waiters, mode) row, prints the table, writes JSON and SVG.
+fn compare(
+    workloads: &[Workload],
+    args: &Args,
+    name: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if args.messages == 0 || args.waiters.contains(&0) {
+        return Err("--messages and every --waiters count must be at least 1".into());
+    }
+    let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/herd");
+    let json = args
+        .json
+        .clone()
+        .unwrap_or(out_dir.join(format!("{name}.json")));
+    let svg = args
+        .svg
+        .clone()
+        .unwrap_or(out_dir.join(format!("{name}.svg")));
+    let specs = plan(workloads, args);
+    eprintln!(
+        "herd: {} rows ({} waiters as {}, {} run(s), time cap {} s per row); warm: each row \
+         follows the previous one in this process",
+        specs.len(),
+        join(&args.waiters),
+        if args.processes {
+            "processes"
+        } else {
+            "threads"
+        },
+        args.runs,
+        args.time_cap
+    );
+    let started = Instant::now();
+    let mut outcomes = Vec::with_capacity(specs.len());
+    for (i, (run, spec)) in specs.iter().enumerate() {
+        eprint!("herd: [{}/{}] {} ... ", i + 1, specs.len(), spec.label);
+        let row_start = Instant::now();
+        let result = rows::run_row(spec);
+        match &result {
+            Ok(m) => eprintln!(
+                "{:.2} s, {:.2} kernel wake-ups/message",
+                row_start.elapsed().as_secs_f64(),
+                m.kernel_wakeups as f64 / m.messages as f64
+            ),
+            Err(Refusal::Unavailable(why)) => eprintln!("not available: {why}"),
+            Err(Refusal::Failed(why)) => eprintln!("FAILED: {why}"),
+        }
+        outcomes.push(Outcome {
+            run: *run,
+            spec: spec.clone(),
+            result,
+        });
+    }
+    eprintln!(
+        "herd: all rows took {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let report = Report::new(outcomes, args.messages, args.processes, args.work_us);
+    report.print_table();
+    report.write_json(&json)?;
+    report.write_svg(&svg)?;
+    println!(
+        "\nFull results: {} (JSON), {} (chart)",
+        json.display(),
+        svg.display()
+    );
+    if report.any_failed() {
+        return Err("some rows failed (see above)".into());
+    }
+    Ok(())
+}
+
+/// The rows in the order they run: repeats interleaved, so a noisy moment hits every mode.
+fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
+    let mut specs = Vec::new();
+    for run in 0..args.runs {
+        for &workload in workloads {
+            for &waiters in &args.waiters {
+                for &mode in &args.modes {
+                    let capped = mode == Mode::Plain && waiters >= HERD_SIZE && args.plain_cap > 0;
+                    let messages = if capped {
+                        args.messages.min(args.plain_cap)
+                    } else {
+                        args.messages
+                    };
+                    let label = format!(
+                        "{} {} W={waiters}{}",
+                        workload.name(),
+                        mode.name(),
+                        if args.runs > 1 {
+                            format!(" run {}", run + 1)
+                        } else {
+                            String::new()
+                        }
+                    );
+                    specs.push((
+                        run,
+                        RowSpec {
+                            workload,
+                            mode,
+                            waiters,
+                            messages,
+                            work: Duration::from_micros(args.work_us),
+                            processes: args.processes,
+                            time_cap: Duration::from_secs_f64(args.time_cap.max(0.1)),
+                            label,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    specs
+}
+
+fn join(values: &[usize]) -> String {
+    values
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -14,6 +14,8 @@ mod fairness;
 #[cfg(target_os = "linux")]
 mod herd_bench;
 #[cfg(target_os = "linux")]
+mod queue;
+#[cfg(target_os = "linux")]
 mod stress;
 
 #[cfg(target_os = "linux")]

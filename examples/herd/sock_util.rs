@@ -199,9 +199,9 @@ fn is_wait_syscall(nr: i64) -> bool {
     WAITS.contains(&nr)
 }
 
-/// Is (single-threaded) process `pid` asleep in a poll or epoll system call right now?
-fn asleep_in_wait(pid: i32) -> bool {
-    let base = format!("/proc/{pid}");
+/// Is thread `tid` of process `pid` asleep in a poll or epoll system call right now?
+fn asleep_in_wait(pid: i32, tid: i32) -> bool {
+    let base = format!("/proc/{pid}/task/{tid}");
     let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
     let state = stat
         .rsplit(')')
@@ -218,11 +218,12 @@ fn asleep_in_wait(pid: i32) -> bool {
         .is_some_and(is_wait_syscall)
 }
 
-/// Waits (bounded by `limit`) until every listed process sleeps in its wait: checks the real
-/// condition in /proc, not a timed sleep.
-pub fn until_asleep(pids: &[i32], limit: Duration) -> io::Result<()> {
+/// Waits (bounded by `limit`) until every listed thread, as (process, thread) ids, sleeps in
+/// its wait (a single-threaded process is its own thread): checks the real condition in /proc,
+/// not a timed sleep.
+pub fn until_asleep(tasks: &[(i32, i32)], limit: Duration) -> io::Result<()> {
     let start = Instant::now();
-    while !pids.iter().all(|&p| asleep_in_wait(p)) {
+    while !tasks.iter().all(|&(p, t)| asleep_in_wait(p, t)) {
         if start.elapsed() > limit {
             return Err(io::Error::other("workers never fell asleep in their wait"));
         }
@@ -287,13 +288,4 @@ pub fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
 pub fn cpu_ms(usage: &libc::rusage) -> f64 {
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// Resource usage of the calling thread (`RUSAGE_THREAD`).
-pub fn thread_usage() -> libc::rusage {
-    // SAFETY: rusage is plain data; zero is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid `who` and a pointer to a live rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    usage
 }

@@ -540,7 +540,7 @@ fn identify(fd: RawSource) -> Result<u64> {
         });
     }
     match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => {
+        libc::S_IFREG if !is_message_queue(fd) => {
             return Err(Error::UnwatchableDescriptor {
                 fd,
                 reason: "a regular file is always ready; readiness polling does not apply",
@@ -560,6 +560,22 @@ fn identify(fd: RawSource) -> Result<u64> {
         x ^ (x >> 31)
     };
     Ok(mix(mix(st.st_dev as u64) ^ st.st_ino as u64).max(1))
+}
+
+/// Is `fd` a POSIX message queue? (Linux shows them as regular files of the mqueue file
+/// system, and they are pollable.)
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn is_message_queue(fd: RawSource) -> bool {
+    const MQUEUE_MAGIC: i64 = 0x1980_0202;
+    // SAFETY: statfs is plain data; fstatfs fills it or fails.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs only reads the descriptor number and writes the live struct.
+    unsafe { libc::fstatfs(fd, &mut fs) == 0 && fs.f_type as i64 == MQUEUE_MAGIC }
+}
+
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+fn is_message_queue(_fd: RawSource) -> bool {
+    false
 }
 
 /// On Windows members are threads of one process: the socket number is the identity.

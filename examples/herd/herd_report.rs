@@ -1,0 +1,607 @@
+//! The herd benchmark's output: the comparison table (markdown, on stdout), every row as JSON,
+//! and a chart (SVG, drawn with plotters) of time and kernel wake-ups per message by mode and of
+//! who got what.
+//!
+//! Figures are normalised per message, so a row that ran fewer messages (plain's herd at 500
+//! waiters is capped) stays comparable; the table marks such rows. With `--runs`, each figure is
+//! the mean with min–max over the runs.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use super::rows::{Measured, Mode, Refusal, RowSpec};
+use super::Workload;
+use crate::fairness::{sketch, Distribution, Spread};
+
+/// One row as it ran.
+pub struct Outcome {
+    pub run: u64,
+    pub spec: RowSpec,
+    pub result: Result<Measured, Refusal>,
+}
+
+/// One measured row, as the JSON file has it.
+#[derive(Serialize)]
+struct JsonRow {
+    workload: &'static str,
+    mode: Mode,
+    waiters: usize,
+    run: u64,
+    processes: bool,
+    work_us: u64,
+    messages: u64,
+    requested_messages: u64,
+    stopped_by_time_cap: bool,
+    seconds: f64,
+    messages_per_second: f64,
+    kernel_wakeups: u64,
+    kernel_wakeups_per_message: f64,
+    empty_wakeups: u64,
+    empty_wakeups_per_message: f64,
+    distribution: Distribution,
+    per_waiter: Vec<u64>,
+    mq_depth: Option<i64>,
+}
+
+/// A row with no figures, and why: the mode does not exist here, or (available) it failed.
+#[derive(Serialize)]
+struct Missing {
+    workload: &'static str,
+    mode: Mode,
+    waiters: usize,
+    run: u64,
+    available: bool,
+    reason: String,
+}
+
+/// One (workload, mode, waiters) line of the table: its runs together.
+struct Line {
+    workload: Workload,
+    mode: Mode,
+    waiters: usize,
+    runs: Vec<Measured>,
+}
+
+impl Line {
+    fn spread(&self, figure: impl Fn(&Measured) -> f64) -> Spread {
+        Spread::of(&self.runs.iter().map(figure).collect::<Vec<_>>())
+    }
+    fn us_per_message(&self) -> Spread {
+        self.spread(|m| m.seconds * 1e6 / m.messages as f64)
+    }
+    fn kernel_per_message(&self) -> Spread {
+        self.spread(|m| m.kernel_wakeups as f64 / m.messages as f64)
+    }
+}
+
+#[derive(Serialize)]
+struct JsonFile<'a> {
+    processes: bool,
+    work_us: u64,
+    /// Each row ran right after the previous one in the same process.
+    warm: bool,
+    rows: &'a [JsonRow],
+    missing: &'a [Missing],
+}
+
+/// Everything one comparison measured.
+pub struct Report {
+    processes: bool,
+    work_us: u64,
+    requested: u64,
+    rows: Vec<JsonRow>,
+    missing: Vec<Missing>,
+    lines: Vec<Line>,
+}
+
+impl Report {
+    pub fn new(outcomes: Vec<Outcome>, requested: u64, processes: bool, work_us: u64) -> Report {
+        let mut report = Report {
+            processes,
+            work_us,
+            requested,
+            rows: Vec::new(),
+            missing: Vec::new(),
+            lines: Vec::new(),
+        };
+        for Outcome { run, spec, result } in outcomes {
+            let workload = spec.workload.name();
+            match result {
+                Ok(m) => {
+                    let n = m.messages as f64;
+                    report.rows.push(JsonRow {
+                        workload,
+                        mode: spec.mode,
+                        waiters: spec.waiters,
+                        run,
+                        processes,
+                        work_us,
+                        messages: m.messages,
+                        requested_messages: spec.messages,
+                        stopped_by_time_cap: m.stopped_by_time_cap,
+                        seconds: m.seconds,
+                        messages_per_second: n / m.seconds,
+                        kernel_wakeups: m.kernel_wakeups,
+                        kernel_wakeups_per_message: m.kernel_wakeups as f64 / n,
+                        empty_wakeups: m.empty_wakeups,
+                        empty_wakeups_per_message: m.empty_wakeups as f64 / n,
+                        distribution: Distribution::of(&m.per_waiter),
+                        per_waiter: m.per_waiter.clone(),
+                        mq_depth: m.mq_depth,
+                    });
+                    let same = |l: &&mut Line| {
+                        l.workload == spec.workload
+                            && l.mode == spec.mode
+                            && l.waiters == spec.waiters
+                    };
+                    match report.lines.iter_mut().find(same) {
+                        Some(line) => line.runs.push(m),
+                        None => report.lines.push(Line {
+                            workload: spec.workload,
+                            mode: spec.mode,
+                            waiters: spec.waiters,
+                            runs: vec![m],
+                        }),
+                    }
+                }
+                Err(refusal) => {
+                    let (available, reason) = match refusal {
+                        Refusal::Unavailable(r) => (false, r),
+                        Refusal::Failed(r) => (true, r),
+                    };
+                    report.missing.push(Missing {
+                        workload,
+                        mode: spec.mode,
+                        waiters: spec.waiters,
+                        run,
+                        available,
+                        reason,
+                    });
+                }
+            }
+        }
+        report
+    }
+
+    pub fn any_failed(&self) -> bool {
+        self.missing.iter().any(|m| m.available)
+    }
+
+    /// The figure of the smallest waiter count of the same workload and mode.
+    fn baseline(&self, line: &Line) -> Option<&Line> {
+        self.lines
+            .iter()
+            .filter(|l| l.workload == line.workload && l.mode == line.mode)
+            .min_by_key(|l| l.waiters)
+            .filter(|l| l.waiters < line.waiters)
+    }
+
+    pub fn print_table(&self) {
+        let waiters_kind = if self.processes {
+            "processes"
+        } else {
+            "threads"
+        };
+        println!(
+            "\n## herd: one producer, W waiters ({waiters_kind}), one 8-byte message per \
+             wake-up, work {} µs/message (warm runs)\n",
+            self.work_us
+        );
+        let header = [
+            "workload",
+            "mode",
+            "W",
+            "messages",
+            "seconds",
+            "msg/s",
+            "µs/msg",
+            "kernel wake-ups/msg",
+            "empty wake-ups/msg",
+            "max share",
+            "max−min",
+            "Jain",
+            "µs/msg vs smallest W",
+        ];
+        let mut table: Vec<Vec<String>> = Vec::new();
+        let (mut capped, mut timed) = (false, false);
+        for line in &self.lines {
+            let fewer = line.runs.iter().any(|m| m.messages < self.requested);
+            let by_time = line.runs.iter().any(|m| m.stopped_by_time_cap);
+            capped |= fewer && !by_time;
+            timed |= by_time;
+            let messages = line.runs.iter().map(|m| m.messages).min().unwrap_or(0);
+            let mark = match (by_time, fewer) {
+                (true, _) => " †",
+                (false, true) => " *",
+                _ => "",
+            };
+            let dist: Vec<Distribution> = line
+                .runs
+                .iter()
+                .map(|m| Distribution::of(&m.per_waiter))
+                .collect();
+            let of = |f: &dyn Fn(&Distribution) -> f64| {
+                Spread::of(&dist.iter().map(f).collect::<Vec<_>>())
+            };
+            let ratio = self.baseline(line).map_or(String::from("—"), |base| {
+                format!(
+                    "× {:.2}",
+                    line.us_per_message().mean / base.us_per_message().mean
+                )
+            });
+            table.push(vec![
+                line.workload.name().to_string(),
+                line.mode.name().to_string(),
+                line.waiters.to_string(),
+                format!("{messages}{mark}"),
+                show(line.spread(|m| m.seconds), 2),
+                show(line.spread(|m| m.messages as f64 / m.seconds), 0),
+                show(line.us_per_message(), 2),
+                show(line.kernel_per_message(), 2),
+                show(
+                    line.spread(|m| m.empty_wakeups as f64 / m.messages as f64),
+                    3,
+                ),
+                show(of(&|d| d.max_share), 3),
+                show(of(&|d| d.spread as f64), 0),
+                show(of(&|d| d.jain), 3),
+                ratio,
+            ]);
+        }
+        for m in &self.missing {
+            let what = if m.available {
+                format!("FAILED: {}", m.reason)
+            } else {
+                format!("not available: {}", m.reason)
+            };
+            let mut row = vec![
+                m.workload.to_string(),
+                m.mode.name().to_string(),
+                m.waiters.to_string(),
+                what,
+            ];
+            row.resize(header.len(), String::new());
+            table.push(row);
+        }
+        print_markdown(&header, &table);
+        if capped {
+            println!("\n\\* fewer messages than asked (--plain-cap): the herd makes each one cost hundreds of wake-ups; figures are per message.");
+        }
+        if timed {
+            println!(
+                "\n† the producer stopped at the time cap (--time-cap); figures are per message."
+            );
+        }
+        let depths: Vec<i64> = self.rows.iter().filter_map(|r| r.mq_depth).collect();
+        if let Some(depth) = depths.first() {
+            println!("\nmq: queue depth (mq_maxmsg) {depth}, message size 8 bytes.");
+        }
+        println!(
+            "\nKernel wake-ups: voluntary context switches of the waiters (RUSAGE_THREAD per \
+             waiter thread, per child process with --processes), from each waiter's start to \
+             its first wake-up after the last message was read. Empty: reads that found \
+             nothing (EAGAIN). Time: first write to last read, all waiters asleep at the start."
+        );
+        println!("\n### Per-waiter messages (first run)\n");
+        for line in &self.lines {
+            println!(
+                "- {} {} W={}: {}",
+                line.workload.name(),
+                line.mode.name(),
+                line.waiters,
+                sketch(&line.runs[0].per_waiter)
+            );
+        }
+    }
+
+    pub fn write_json(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = JsonFile {
+            processes: self.processes,
+            work_us: self.work_us,
+            warm: true,
+            rows: &self.rows,
+            missing: &self.missing,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&file)?)?;
+        Ok(())
+    }
+
+    /// Per workload: µs per message by mode, kernel wake-ups per message by mode (one bar per
+    /// waiter count, log scale), and the per-waiter distribution at the largest waiter count.
+    pub fn write_svg(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut workloads: Vec<Workload> = self.lines.iter().map(|l| l.workload).collect();
+        workloads.dedup();
+        let mut modes: Vec<Mode> = Vec::new();
+        let mut counts: Vec<usize> = Vec::new();
+        for line in &self.lines {
+            if !modes.contains(&line.mode) {
+                modes.push(line.mode);
+            }
+            if !counts.contains(&line.waiters) {
+                counts.push(line.waiters);
+            }
+        }
+        counts.sort_unstable();
+        let height = 380 * workloads.len().max(1) as u32 + 60;
+        let root = SVGBackend::new(path, (1500, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let title = format!(
+            "herd: 1 producer, W waiters ({}), work {} µs/message",
+            if self.processes {
+                "processes"
+            } else {
+                "threads"
+            },
+            self.work_us
+        );
+        let body = root.titled(&title, ("sans-serif", 24))?;
+        let panels = body.split_evenly((workloads.len().max(1), 3));
+        for (w, &workload) in workloads.iter().enumerate() {
+            let lines: Vec<&Line> = self
+                .lines
+                .iter()
+                .filter(|l| l.workload == workload)
+                .collect();
+            let name = workload.name();
+            bars(
+                &panels[w * 3],
+                &format!("{name}: µs per message (log)"),
+                &lines,
+                &modes,
+                &counts,
+                |l| l.us_per_message().mean,
+            )?;
+            bars(
+                &panels[w * 3 + 1],
+                &format!("{name}: kernel wake-ups per message (log)"),
+                &lines,
+                &modes,
+                &counts,
+                |l| l.kernel_per_message().mean,
+            )?;
+            distribution(&panels[w * 3 + 2], name, &lines, &modes, &counts)?;
+        }
+        root.present()?;
+        Ok(())
+    }
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// The colour of the bars of the i-th waiter count.
+fn count_colour(i: usize) -> RGBColor {
+    const COLOURS: [RGBColor; 4] = [
+        RGBColor(0x9e, 0xc5, 0xe8),
+        RGBColor(0x1f, 0x4e, 0x8c),
+        RGBColor(0xf2, 0xa1, 0x4b),
+        RGBColor(0x6b, 0x3f, 0x99),
+    ];
+    COLOURS[i % COLOURS.len()]
+}
+
+fn mode_colour(mode: Mode) -> RGBColor {
+    match mode {
+        Mode::Plain => RGBColor(0x80, 0x80, 0x80),
+        Mode::NativeExclusive => RGBColor(0xd6, 0x27, 0x28),
+        Mode::NativeRr => RGBColor(0x1f, 0x77, 0xb4),
+        Mode::EmulatedRr => RGBColor(0x2c, 0xa0, 0x2c),
+    }
+}
+
+/// Grouped bars: one group per mode, one bar per waiter count, log scale.
+fn bars(
+    area: &Area<'_>,
+    caption: &str,
+    lines: &[&Line],
+    modes: &[Mode],
+    counts: &[usize],
+    figure: impl Fn(&Line) -> f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let values: Vec<f64> = lines
+        .iter()
+        .map(|l| figure(l))
+        .filter(|v| *v > 0.0)
+        .collect();
+    let low = values
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        / 2.0;
+    let high = values.iter().copied().fold(1.0, f64::max) * 3.0;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(34)
+        .y_label_area_size(56)
+        .build_cartesian_2d(-0.5f64..modes.len() as f64 - 0.5, (low..high).log_scale())?;
+    let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(modes.len())
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 0.01 && i >= 0.0 {
+                names.get(i as usize).copied().unwrap_or("").to_string()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| format!("{y}"))
+        .draw()?;
+    let width = 0.8 / counts.len().max(1) as f64;
+    for (c, &count) in counts.iter().enumerate() {
+        let colour = count_colour(c);
+        let rects: Vec<Rectangle<(f64, f64)>> = lines
+            .iter()
+            .filter(|l| l.waiters == count)
+            .filter_map(|l| {
+                let m = modes.iter().position(|&m| m == l.mode)? as f64;
+                let x0 = m - 0.4 + c as f64 * width;
+                let v = figure(l).max(low);
+                Some(Rectangle::new(
+                    [(x0, low), (x0 + width * 0.9, v)],
+                    colour.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(rects)?
+            .label(format!("W={count}"))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    let labels: Vec<Text<(f64, f64), String>> = lines
+        .iter()
+        .filter_map(|l| {
+            let m = modes.iter().position(|&m| m == l.mode)? as f64;
+            let c = counts.iter().position(|&c| c == l.waiters)? as f64;
+            let x = m - 0.4 + c * width + width * 0.45;
+            let v = figure(l).max(low);
+            Some(Text::new(
+                short(v),
+                (x, v * 1.15),
+                ("sans-serif", 11).into_font().color(&BLACK).pos(
+                    plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Bottom,
+                    ),
+                ),
+            ))
+        })
+        .collect();
+    chart.draw_series(labels)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .draw()?;
+    Ok(())
+}
+
+/// Messages per waiter, sorted from the busiest, as a multiple of the fair share, at the
+/// largest waiter count: flat at 1 is fair, a cliff is a monopoly.
+fn distribution(
+    area: &Area<'_>,
+    workload: &str,
+    lines: &[&Line],
+    modes: &[Mode],
+    counts: &[usize],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(&waiters) = counts.last() else {
+        return Ok(());
+    };
+    let floor = 0.01;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("{workload}: messages per waiter ÷ fair share, W={waiters} (log)"),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(34)
+        .y_label_area_size(56)
+        .build_cartesian_2d(
+            0f64..waiters.max(2) as f64,
+            (floor..waiters.max(2) as f64 * 2.0).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("waiters, busiest first (0 shown at 0.01)")
+        .y_label_formatter(&|y| format!("{y}"))
+        .draw()?;
+    for &mode in modes {
+        let Some(line) = lines
+            .iter()
+            .find(|l| l.mode == mode && l.waiters == waiters)
+        else {
+            continue;
+        };
+        let mut per = line.runs[0].per_waiter.clone();
+        per.sort_unstable_by(|a, b| b.cmp(a));
+        let fair = line.runs[0].messages as f64 / waiters as f64;
+        let colour = mode_colour(mode);
+        chart
+            .draw_series(LineSeries::new(
+                per.iter()
+                    .enumerate()
+                    .map(|(i, &c)| (i as f64, (c as f64 / fair).max(floor))),
+                colour.stroke_width(2),
+            ))?
+            .label(mode.name())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .draw()?;
+    Ok(())
+}
+
+/// A bar's value in a few characters.
+fn short(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// A figure with `digits` decimals, and its min–max over runs when they differ.
+fn show(s: Spread, digits: usize) -> String {
+    if (s.max - s.min).abs() < f64::EPSILON * s.max.abs().max(1.0) {
+        format!("{:.digits$}", s.mean)
+    } else {
+        format!(
+            "{:.digits$} ({:.digits$}–{:.digits$})",
+            s.mean, s.min, s.max
+        )
+    }
+}
+
+fn print_markdown(header: &[&str], rows: &[Vec<String>]) {
+    let width = |i: usize| {
+        rows.iter()
+            .filter(|r| !r[i].starts_with("not available") && !r[i].starts_with("FAILED"))
+            .map(|r| r[i].chars().count())
+            .chain([header[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..header.len()).map(width).collect();
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, &w)| format!("{c:<w$}"))
+            .collect();
+        println!("| {} |", padded.join(" | "));
+    };
+    line(header.to_vec());
+    line(
+        widths
+            .iter()
+            .map(|&w| "-".repeat(w))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect(),
+    );
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}

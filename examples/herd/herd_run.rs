@@ -1,0 +1,929 @@
+//! One row of the herd benchmark: a producer, one shared pipe or message queue, W waiters.
+//!
+//! This is seed 003's experiment. The producer writes 8-byte ids as fast as it can (it blocks
+//! when the pipe or queue is full); each waiter waits, reads one message per wake-up, tells
+//! herdless it consumed the readiness, and does the optional busy work. Waiters are threads, or
+//! forked processes that report their figures back through a pipe. The clock starts once every
+//! waiter sleeps in the kernel (checked in /proc) and stops when the last data message is read:
+//! the producer marks that message, and its reader stamps the time on a board in shared memory.
+//!
+//! Kernel wake-ups are voluntary context switches of each waiter (`RUSAGE_THREAD`, which in a
+//! single-threaded child is the process's figure), from the waiter's start to its first wake-up
+//! after the last data message was read; so the herd the stop signal itself causes (W mq
+//! sentinels at W = 500) is not charged to the data. Empty wake-ups are reads that found nothing
+//! (`EAGAIN`) in the same window. A watchdog bounds every row: if it overruns, the process kills
+//! its children and exits.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
+
+use herdless::{Backend, Events, Group, Interest, Waiter};
+use serde::Serialize;
+
+use super::Workload;
+
+/// The size of one message: a u64 id.
+const MESSAGE_BYTES: usize = 8;
+/// Marks the id of the last data message of a run.
+const LAST: u64 = 1 << 62;
+/// Tells one message-queue waiter to stop.
+const SENTINEL: u64 = u64::MAX;
+/// The most a waiter may take to fall asleep in the kernel before the clock starts.
+const ASLEEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a row may run beyond its producer time cap before the watchdog ends the process.
+const WATCHDOG_GRACE: Duration = Duration::from_secs(90);
+
+/// How the waiters wait: each mode is one row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// The `polling` crate used plainly: one Poller per waiter, level mode, no exclusivity.
+    Plain,
+    /// herdless native, raw `EPOLLEXCLUSIVE`: no rotation (`rotate_every(0)`).
+    NativeExclusive,
+    /// herdless native, `rotate_every(1)`, exclusive + one event round robin.
+    NativeRr,
+    /// herdless emulated (token passing), `rotate_every(1)`, exclusive + one event round robin.
+    EmulatedRr,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::NativeExclusive => "native-exclusive",
+            Mode::NativeRr => "native-rr",
+            Mode::EmulatedRr => "emulated-rr",
+        }
+    }
+
+    /// The group the waiters join (none for `plain`), or why this system cannot run the mode.
+    fn group(self, waiters: usize) -> Result<Option<Group>, Refusal> {
+        let (backend, rotate_every) = match self {
+            Mode::Plain => return Ok(None),
+            Mode::NativeExclusive => (Backend::Native, 0),
+            Mode::NativeRr => (Backend::Native, 1),
+            Mode::EmulatedRr => (Backend::Emulated, 1),
+        };
+        let built = Group::builder()
+            .backend(backend)
+            .rotate_every(rotate_every)
+            .max_members(waiters)
+            .build();
+        match built {
+            Ok(group) => Ok(Some(group)),
+            Err(e @ herdless::Error::BackendUnavailable { .. }) => {
+                Err(Refusal::Unavailable(e.to_string()))
+            }
+            Err(e) => Err(Refusal::Failed(e.to_string())),
+        }
+    }
+
+    fn interest(self) -> Interest {
+        match self {
+            Mode::NativeExclusive => Interest::READABLE.exclusive(),
+            _ => Interest::READABLE.exclusive().one_event_round_robin(),
+        }
+    }
+}
+
+/// Why a row has no figures.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The mode does not exist on this system (a reason, not an error).
+    Unavailable(String),
+    /// Something broke.
+    Failed(String),
+}
+
+impl From<io::Error> for Refusal {
+    fn from(e: io::Error) -> Refusal {
+        Refusal::Failed(e.to_string())
+    }
+}
+
+impl From<herdless::Error> for Refusal {
+    fn from(e: herdless::Error) -> Refusal {
+        Refusal::Failed(e.to_string())
+    }
+}
+
+/// What one row runs.
+#[derive(Debug, Clone)]
+pub struct RowSpec {
+    pub workload: Workload,
+    pub mode: Mode,
+    pub waiters: usize,
+    pub messages: u64,
+    pub work: Duration,
+    pub processes: bool,
+    /// The producer stops early (marking the message it writes as the last) after this long.
+    pub time_cap: Duration,
+    /// What the progress line calls this row.
+    pub label: String,
+}
+
+/// What one row measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Data messages written and read.
+    pub messages: u64,
+    /// Did the producer stop early at the time cap?
+    pub stopped_by_time_cap: bool,
+    /// From the first write to the read of the last data message.
+    pub seconds: f64,
+    /// Voluntary context switches of all waiters.
+    pub kernel_wakeups: u64,
+    /// Reads that found nothing.
+    pub empty_wakeups: u64,
+    /// Data messages read by each waiter, in join order.
+    pub per_waiter: Vec<u64>,
+    /// The message queue's depth (mq_maxmsg), for the mq workload.
+    pub mq_depth: Option<i64>,
+}
+
+/// What one waiter counted.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    messages: u64,
+    empty: u64,
+    switches: u64,
+}
+
+/// Runs one row.
+pub fn run_row(spec: &RowSpec) -> Result<Measured, Refusal> {
+    let group = spec.mode.group(spec.waiters)?;
+    let channel = Channel::open(spec.workload)?;
+    let board = board()?;
+    board.store(0, SeqCst);
+    if spec.processes {
+        run_processes(spec, group.as_ref(), channel, board)
+    } else {
+        run_threads(spec, group.as_ref(), channel, board)
+    }
+}
+
+fn run_threads(
+    spec: &RowSpec,
+    group: Option<&Group>,
+    mut channel: Channel,
+    board: &'static AtomicU64,
+) -> Result<Measured, Refusal> {
+    let watchdog = Watchdog::start(spec, Vec::new());
+    let (result_tx, result_rx) = mpsc::channel::<(usize, Result<Tally, String>)>();
+    let (tid_tx, tid_rx) = mpsc::channel::<i32>();
+    let fd = channel.read.as_raw_fd();
+    let mut handles = Vec::with_capacity(spec.waiters);
+    for index in 0..spec.waiters {
+        // Joined and registered here, in order, so registration order is join order.
+        let mut member = Member::new(spec.mode, group, fd)?;
+        let (result_tx, tid_tx) = (result_tx.clone(), tid_tx.clone());
+        let (workload, work) = (spec.workload, spec.work);
+        let handle = std::thread::Builder::new()
+            .name(format!("waiter-{index}"))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                // SAFETY: gettid has no arguments and cannot fail.
+                let _ = tid_tx.send(unsafe { libc::gettid() });
+                let tally = member_loop(&mut member, fd, workload, work, board);
+                member.leave(fd);
+                let _ = result_tx.send((index, tally.map_err(|e| e.to_string())));
+            })?;
+        handles.push(handle);
+    }
+    drop((result_tx, tid_tx));
+    let tids: Vec<i32> = tid_rx.iter().take(spec.waiters).collect();
+    until_asleep(&[(std::process::id(), tids)])?;
+    let (messages, stopped_by_time_cap, start_ns) = produce(spec, &channel)?;
+    channel.finish(spec.waiters)?;
+    let mut per_waiter = vec![0; spec.waiters];
+    let (mut kernel_wakeups, mut empty_wakeups) = (0, 0);
+    let mut failure = None;
+    for (index, tally) in result_rx.iter() {
+        match tally {
+            Ok(t) => {
+                per_waiter[index] = t.messages;
+                kernel_wakeups += t.switches;
+                empty_wakeups += t.empty;
+            }
+            Err(e) => failure = Some(format!("waiter {index}: {e}")),
+        }
+    }
+    for handle in handles {
+        handle
+            .join()
+            .map_err(|_| Refusal::Failed("a waiter thread panicked".into()))?;
+    }
+    watchdog.stop();
+    if let Some(e) = failure {
+        return Err(Refusal::Failed(e));
+    }
+    finish(
+        messages,
+        stopped_by_time_cap,
+        start_ns,
+        board,
+        kernel_wakeups,
+        empty_wakeups,
+        per_waiter,
+        channel.mq_depth,
+    )
+}
+
+/// A child's report: index, messages, empty wake-ups, switches; index `u64::MAX` if it failed.
+const RECORD_BYTES: usize = 32;
+
+fn run_processes(
+    spec: &RowSpec,
+    group: Option<&Group>,
+    mut channel: Channel,
+    board: &'static AtomicU64,
+) -> Result<Measured, Refusal> {
+    let (ready_r, ready_w) = pipe()?;
+    let (results_r, results_w) = pipe()?;
+    let fd = channel.read.as_raw_fd();
+    let mut pids = Vec::with_capacity(spec.waiters);
+    for index in 0..spec.waiters {
+        // SAFETY: the parent has no other thread now (waiters of earlier rows were joined); the
+        // child uses this crate, raw system calls and _exit only.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            kill_all(&pids);
+            return Err(io::Error::last_os_error().into());
+        }
+        if pid == 0 {
+            channel.close_write_end();
+            let record = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                child(spec, group, fd, ready_w.as_raw_fd(), board)
+            }));
+            let (code, fields) = match record {
+                Ok(Ok(t)) => (0, [index as u64, t.messages, t.empty, t.switches]),
+                _ => (1, [u64::MAX, 0, 0, 0]),
+            };
+            let bytes: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            let _ = write_all(results_w.as_raw_fd(), &bytes);
+            // SAFETY: leaves the child at once, without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        pids.push(pid);
+    }
+    drop((ready_w, results_w));
+    let watchdog = Watchdog::start(spec, pids.clone());
+    let outcome = parent(spec, &mut channel, &ready_r, &results_r, &pids, board);
+    if outcome.is_err() {
+        kill_all(&pids);
+    }
+    for &pid in &pids {
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+    watchdog.stop();
+    outcome
+}
+
+/// The parent's half of a process row: start the clock, produce, collect the children's reports.
+fn parent(
+    spec: &RowSpec,
+    channel: &mut Channel,
+    ready_r: &OwnedFd,
+    results_r: &OwnedFd,
+    pids: &[i32],
+    board: &'static AtomicU64,
+) -> Result<Measured, Refusal> {
+    let mut ready = vec![0u8; spec.waiters];
+    read_exact(ready_r.as_raw_fd(), &mut ready)?;
+    let sleepers: Vec<(u32, Vec<i32>)> = pids.iter().map(|&p| (p as u32, vec![p])).collect();
+    until_asleep(&sleepers)?;
+    let (messages, stopped_by_time_cap, start_ns) = produce(spec, channel)?;
+    channel.finish(spec.waiters)?;
+    let mut per_waiter = vec![0; spec.waiters];
+    let (mut kernel_wakeups, mut empty_wakeups) = (0, 0);
+    for _ in 0..spec.waiters {
+        let mut record = [0u8; RECORD_BYTES];
+        read_exact(results_r.as_raw_fd(), &mut record)?;
+        let field =
+            |i: usize| u64::from_ne_bytes(record[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        if field(0) == u64::MAX {
+            return Err(Refusal::Failed("a waiter process failed".into()));
+        }
+        per_waiter[field(0) as usize] = field(1);
+        empty_wakeups += field(2);
+        kernel_wakeups += field(3);
+    }
+    finish(
+        messages,
+        stopped_by_time_cap,
+        start_ns,
+        board,
+        kernel_wakeups,
+        empty_wakeups,
+        per_waiter,
+        channel.mq_depth,
+    )
+}
+
+/// A forked waiter: joins the group in the child, says it is ready, runs the member loop.
+fn child(
+    spec: &RowSpec,
+    group: Option<&Group>,
+    fd: RawFd,
+    ready_w: RawFd,
+    board: &'static AtomicU64,
+) -> Result<Tally, Refusal> {
+    let mut member = Member::new(spec.mode, group, fd)?;
+    write_all(ready_w, &[1])?;
+    let tally = member_loop(&mut member, fd, spec.workload, spec.work, board)?;
+    member.leave(fd);
+    Ok(tally)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    messages: u64,
+    stopped_by_time_cap: bool,
+    start_ns: u64,
+    board: &AtomicU64,
+    kernel_wakeups: u64,
+    empty_wakeups: u64,
+    per_waiter: Vec<u64>,
+    mq_depth: Option<i64>,
+) -> Result<Measured, Refusal> {
+    let read: u64 = per_waiter.iter().sum();
+    if read != messages {
+        return Err(Refusal::Failed(format!(
+            "{messages} messages written but {read} read"
+        )));
+    }
+    let end_ns = board.load(SeqCst);
+    Ok(Measured {
+        messages,
+        stopped_by_time_cap,
+        seconds: end_ns.saturating_sub(start_ns) as f64 / 1e9,
+        kernel_wakeups,
+        empty_wakeups,
+        per_waiter,
+        mq_depth,
+    })
+}
+
+/// The producer: writes ids 0.. as fast as it can, marks the last one, and shows progress on
+/// stderr when the row takes more than a few seconds. Returns (messages, stopped early, start).
+fn produce(spec: &RowSpec, channel: &Channel) -> io::Result<(u64, bool, u64)> {
+    let start = Instant::now();
+    let start_ns = monotonic_ns();
+    let mut progress = Progress::new(&spec.label);
+    for i in 0..spec.messages {
+        let early = i % 256 == 255 && start.elapsed() >= spec.time_cap;
+        let last = early || i + 1 == spec.messages;
+        if i % 1024 == 0 {
+            progress.show(i, spec.messages, start.elapsed());
+        }
+        channel.send(if last { i | LAST } else { i })?;
+        if last {
+            progress.done();
+            return Ok((i + 1, i + 1 < spec.messages, start_ns));
+        }
+    }
+    Ok((0, false, start_ns))
+}
+
+/// A progress line on stderr, shown only once a row has run for a few seconds.
+struct Progress<'a> {
+    label: &'a str,
+    shown: bool,
+    last: Duration,
+}
+
+impl<'a> Progress<'a> {
+    const AFTER: Duration = Duration::from_secs(3);
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new(label: &'a str) -> Progress<'a> {
+        Progress {
+            label,
+            shown: false,
+            last: Duration::ZERO,
+        }
+    }
+
+    fn show(&mut self, written: u64, total: u64, elapsed: Duration) {
+        if elapsed >= Self::AFTER && elapsed - self.last >= Self::EVERY {
+            eprint!(
+                "\r    {}: {written}/{total} messages written, {:.0} s   ",
+                self.label,
+                elapsed.as_secs_f64()
+            );
+            self.shown = true;
+            self.last = elapsed;
+        }
+    }
+
+    fn done(&self) {
+        if self.shown {
+            eprintln!();
+        }
+    }
+}
+
+/// What one read found.
+enum Read {
+    Message(u64),
+    Stop,
+    Empty,
+}
+
+/// Reads one message from the non-blocking read end.
+fn read_one(fd: RawFd, workload: Workload) -> io::Result<Read> {
+    let mut buf = [0u8; MESSAGE_BYTES];
+    loop {
+        let n = match workload {
+            // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
+            Workload::Pipe => unsafe { libc::read(fd, buf.as_mut_ptr().cast(), MESSAGE_BYTES) },
+            // SAFETY: as above; the queue's message size is 8, so the buffer is large enough.
+            Workload::Mq => unsafe {
+                libc::mq_receive(
+                    fd,
+                    buf.as_mut_ptr().cast(),
+                    MESSAGE_BYTES,
+                    std::ptr::null_mut(),
+                )
+            },
+        };
+        return match n {
+            0 => Ok(Read::Stop),
+            8 => match u64::from_ne_bytes(buf) {
+                SENTINEL => Ok(Read::Stop),
+                id => Ok(Read::Message(id)),
+            },
+            -1 => {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(Read::Empty),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                }
+            }
+            n => Err(io::Error::other(format!("short read of {n} bytes"))),
+        };
+    }
+}
+
+/// One waiter: a plain `polling` Poller, or a herdless Waiter.
+enum Member {
+    Plain {
+        poller: polling::Poller,
+        events: polling::Events,
+    },
+    Herdless {
+        waiter: Box<Waiter>,
+        events: Events,
+    },
+}
+
+impl Member {
+    fn new(mode: Mode, group: Option<&Group>, fd: RawFd) -> Result<Member, Refusal> {
+        // SAFETY: the channel's read end outlives every member: members leave (below) before
+        // the row drops the channel.
+        let source = unsafe { BorrowedFd::borrow_raw(fd) };
+        match group {
+            None => {
+                let poller = polling::Poller::new()?;
+                // SAFETY: `source` stays open until `leave` deletes it from this poller.
+                unsafe {
+                    poller.add_with_mode(fd, polling::Event::readable(0), polling::PollMode::Level)
+                }?;
+                Ok(Member::Plain {
+                    poller,
+                    events: polling::Events::with_capacity(std::num::NonZeroUsize::MIN),
+                })
+            }
+            Some(group) => {
+                let mut waiter = group.join()?;
+                waiter.add(source, 0, mode.interest())?;
+                Ok(Member::Herdless {
+                    waiter: Box::new(waiter),
+                    events: Events::with_capacity(1),
+                })
+            }
+        }
+    }
+
+    /// Waits; returns the key of the event it was handed, if any.
+    fn wait(&mut self) -> io::Result<Option<usize>> {
+        match self {
+            Member::Plain { poller, events } => {
+                events.clear();
+                poller.wait(events, None)?;
+                Ok(events.iter().next().map(|e| e.key))
+            }
+            Member::Herdless { waiter, events } => {
+                waiter.wait(events, None)?;
+                Ok(events.iter().next().map(|e| e.key))
+            }
+        }
+    }
+
+    fn consumed(&mut self, key: usize) -> io::Result<()> {
+        match self {
+            Member::Plain { .. } => Ok(()),
+            Member::Herdless { waiter, .. } => Ok(waiter.consumed(key)?),
+        }
+    }
+
+    fn leave(self, fd: RawFd) {
+        // SAFETY: the channel's read end is still open (see `new`).
+        let source = unsafe { BorrowedFd::borrow_raw(fd) };
+        match self {
+            Member::Plain { poller, .. } => {
+                let _ = poller.delete(source);
+            }
+            Member::Herdless { mut waiter, .. } => {
+                let _ = waiter.delete(source);
+            }
+        }
+    }
+}
+
+/// wait → read one message → consumed → work, until the stop signal (EOF or a sentinel).
+fn member_loop(
+    member: &mut Member,
+    fd: RawFd,
+    workload: Workload,
+    work: Duration,
+    board: &AtomicU64,
+) -> io::Result<Tally> {
+    let start_switches = switches();
+    let mut tally = Tally::default();
+    // Switches at the first wake-up after the last data message was read: the window's end.
+    let mut at_drain = None;
+    loop {
+        let key = member.wait()?;
+        if at_drain.is_none() && board.load(SeqCst) != 0 {
+            at_drain = Some(switches());
+        }
+        let Some(key) = key else { continue };
+        match read_one(fd, workload)? {
+            Read::Message(id) => {
+                member.consumed(key)?;
+                tally.messages += 1;
+                if id & LAST != 0 {
+                    board.store(monotonic_ns(), SeqCst);
+                }
+                spin(work);
+            }
+            Read::Stop => {
+                member.consumed(key)?;
+                break;
+            }
+            Read::Empty if at_drain.is_none() => tally.empty += 1,
+            Read::Empty => {}
+        }
+    }
+    tally.switches = at_drain.unwrap_or_else(switches) - start_switches;
+    Ok(tally)
+}
+
+fn switches() -> u64 {
+    herdless::counters::thread_voluntary_switches().unwrap_or(0)
+}
+
+/// Busy work standing in for handling a message.
+fn spin(work: Duration) {
+    if work.is_zero() {
+        return;
+    }
+    let until = Instant::now() + work;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every thread and process of the run.
+fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain data.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a pointer to a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The board in shared memory (so forked waiters see it too): 0 while data messages remain,
+/// then the time the last one was read.
+fn board() -> io::Result<&'static AtomicU64> {
+    static BOARD: OnceLock<usize> = OnceLock::new();
+    if let Some(&addr) = BOARD.get() {
+        // SAFETY: the address of the page mapped below, never unmapped.
+        return Ok(unsafe { &*(addr as *const AtomicU64) });
+    }
+    // SAFETY: a fresh anonymous shared mapping of one page; it is never unmapped, so the
+    // reference handed out lives for the whole process (and in every child).
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let addr = *BOARD.get_or_init(|| page as usize);
+    // SAFETY: a zeroed, page-aligned, never-unmapped mapping is a valid AtomicU64.
+    Ok(unsafe { &*(addr as *const AtomicU64) })
+}
+
+/// The shared descriptor: a pipe (read end non-blocking, write end blocking), or a POSIX
+/// message queue (a non-blocking descriptor for the waiters, a blocking one for the producer).
+struct Channel {
+    workload: Workload,
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+    /// The queue's name, unlinked when the channel is dropped.
+    mq_name: Option<CString>,
+    mq_depth: Option<i64>,
+}
+
+impl Channel {
+    fn open(workload: Workload) -> io::Result<Channel> {
+        match workload {
+            Workload::Pipe => {
+                let (read, write) = pipe()?;
+                Ok(Channel {
+                    workload,
+                    read,
+                    write: Some(write),
+                    mq_name: None,
+                    mq_depth: None,
+                })
+            }
+            Workload::Mq => {
+                let (read, write, name, depth) = open_mq()?;
+                Ok(Channel {
+                    workload,
+                    read,
+                    write: Some(write),
+                    mq_name: Some(name),
+                    mq_depth: Some(depth),
+                })
+            }
+        }
+    }
+
+    fn write_fd(&self) -> io::Result<RawFd> {
+        self.write
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+            .ok_or_else(|| io::Error::other("the write end is closed"))
+    }
+
+    /// Sends one message, blocking while the pipe or queue is full.
+    fn send(&self, id: u64) -> io::Result<()> {
+        let fd = self.write_fd()?;
+        let buf = id.to_ne_bytes();
+        match self.workload {
+            Workload::Pipe => write_all(fd, &buf),
+            Workload::Mq => loop {
+                // SAFETY: sends 8 bytes from a live buffer on our own queue descriptor.
+                let r = unsafe { libc::mq_send(fd, buf.as_ptr().cast(), MESSAGE_BYTES, 0) };
+                if r == 0 {
+                    return Ok(());
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            },
+        }
+    }
+
+    /// Tells every waiter to stop: EOF on the pipe, or one sentinel per waiter on the queue.
+    fn finish(&mut self, waiters: usize) -> io::Result<()> {
+        if self.workload == Workload::Mq {
+            for _ in 0..waiters {
+                self.send(SENTINEL)?;
+            }
+        }
+        self.close_write_end();
+        Ok(())
+    }
+
+    /// Closes the producer's end (a forked waiter must not hold the pipe open).
+    fn close_write_end(&mut self) {
+        self.write = None;
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        if let Some(name) = &self.mq_name {
+            // SAFETY: a valid NUL-terminated name.
+            unsafe { libc::mq_unlink(name.as_ptr()) };
+        }
+    }
+}
+
+/// Opens a fresh queue of 8-byte messages, as deep as the system allows: raises our own
+/// RLIMIT_MSGQUEUE to its hard limit, then tries depths from 65536 down.
+fn open_mq() -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
+    // SAFETY: rlimit is plain data; getrlimit/setrlimit read and write it.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_MSGQUEUE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_MSGQUEUE, &limit);
+        }
+    }
+    let name =
+        CString::new(format!("/herdless-herd-{}", std::process::id())).expect("no NUL in the name");
+    // SAFETY: a valid NUL-terminated name; a leftover queue of a killed run is removed.
+    unsafe { libc::mq_unlink(name.as_ptr()) };
+    let mut depth = 65536;
+    let read = loop {
+        // SAFETY: mq_attr is plain data.
+        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+        attr.mq_maxmsg = depth as _;
+        attr.mq_msgsize = MESSAGE_BYTES as _;
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NONBLOCK;
+        // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
+        let fd = unsafe {
+            libc::mq_open(
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                0o600 as libc::mode_t,
+                &mut attr as *mut libc::mq_attr,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
+            break unsafe { OwnedFd::from_raw_fd(fd) };
+        }
+        let e = io::Error::last_os_error();
+        let too_deep = matches!(
+            e.raw_os_error(),
+            Some(libc::EINVAL) | Some(libc::EMFILE) | Some(libc::ENOMEM)
+        );
+        if !too_deep || depth <= 10 {
+            return Err(e);
+        }
+        depth = (depth / 2).max(10);
+    };
+    // SAFETY: a valid name; opens the existing queue, blocking, for the producer.
+    let fd = unsafe { libc::mq_open(name.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::mq_unlink(name.as_ptr()) };
+        return Err(e);
+    }
+    // SAFETY: mq_open returned a fresh descriptor.
+    let write = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((read, write, name, depth))
+}
+
+/// A pipe: (read end, non-blocking; write end, blocking).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors, owned from here on.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on a descriptor we own.
+    let nonblocking = unsafe {
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK)
+    };
+    if nonblocking != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((read, write))
+}
+
+fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: writes from a live buffer.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: reads into a live buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            n if n < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => buf = &mut buf[n as usize..],
+        }
+    }
+    Ok(())
+}
+
+/// System calls a waiter sleeps in (x86_64 and aarch64 numbers).
+fn is_wait_syscall(nr: i64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const WAITS: &[i64] = &[7, 232, 271, 281, 441]; // poll, epoll_wait, ppoll, epoll_pwait, epoll_pwait2
+    #[cfg(target_arch = "aarch64")]
+    const WAITS: &[i64] = &[22, 73, 441]; // epoll_pwait, ppoll, epoll_pwait2
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    const WAITS: &[i64] = &[];
+    WAITS.contains(&nr)
+}
+
+/// Is thread `tid` of process `pid` asleep in a poll or epoll system call right now?
+fn asleep_in_wait(pid: u32, tid: i32) -> bool {
+    let base = format!("/proc/{pid}/task/{tid}");
+    let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    if state != Some("S") {
+        return false;
+    }
+    let syscall = std::fs::read_to_string(format!("{base}/syscall")).unwrap_or_default();
+    syscall
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok())
+        .is_some_and(is_wait_syscall)
+}
+
+/// Waits (bounded) until every listed thread sleeps in the kernel's wait: checks the real
+/// condition in /proc, not a timed sleep.
+fn until_asleep(threads: &[(u32, Vec<i32>)]) -> io::Result<()> {
+    let start = Instant::now();
+    for (pid, tids) in threads {
+        for &tid in tids {
+            while !asleep_in_wait(*pid, tid) {
+                if start.elapsed() > ASLEEP_TIMEOUT {
+                    return Err(io::Error::other(format!(
+                        "waiter {pid}/{tid} never fell asleep in the kernel"
+                    )));
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+    Ok(())
+}
+
+fn kill_all(pids: &[i32]) {
+    for &pid in pids {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Ends the process if a row overruns its bound: kills the row's children, says why, exits.
+struct Watchdog {
+    cancel: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn start(spec: &RowSpec, children: Vec<i32>) -> Watchdog {
+        let (cancel, cancelled) = mpsc::channel::<()>();
+        let bound = spec.time_cap + WATCHDOG_GRACE;
+        let label = spec.label.clone();
+        let thread = std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = cancelled.recv_timeout(bound) {
+                kill_all(&children);
+                eprintln!(
+                    "\nherd: {label} did not finish within {:.0} s; stopping",
+                    bound.as_secs_f64()
+                );
+                std::process::exit(3);
+            }
+        });
+        Watchdog { cancel, thread }
+    }
+
+    fn stop(self) {
+        let _ = self.cancel.send(());
+        let _ = self.thread.join();
+    }
+}

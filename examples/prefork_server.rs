@@ -1,0 +1,347 @@
+//! A small prefork HTTP/1.1 server: N forked workers share one listening socket through herdless
+//! (exclusive wake-ups, rotated after every accept), each answering requests with a fixed body,
+//! keep-alive included. It exists to show the cure under a standard load tool: when it stops
+//! (SIGINT/SIGTERM, `--seconds`, or `--max-requests` answered in all) it prints how many
+//! connections and requests each worker took, so an uneven distribution cannot hide.
+//!
+//! ```text
+//! cargo run --release --example prefork_server -- --workers 4 --port 8080 --seconds 20 &
+//! wrk -t2 -c64 -d10s http://127.0.0.1:8080/
+//! ```
+
+#[cfg(target_os = "linux")]
+fn main() {
+    use clap::Parser;
+    if let Err(e) = server::run(server::Args::parse()) {
+        eprintln!("prefork_server: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The server is built on `fork` and the Linux backends of herdless; elsewhere it says so.
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!(
+        "prefork_server runs on Linux only; {} is not supported",
+        std::env::consts::OS
+    );
+    std::process::exit(2);
+}
+
+#[cfg(target_os = "linux")]
+mod server {
+    use std::collections::HashMap;
+    use std::io::{self, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+
+    use herdless::{Backend, Events, Group, Interest, Waiter};
+
+    type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+    const RESPONSE: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, herd!\n";
+    const LISTENER: usize = 0;
+    /// How often a waiting worker looks at the stop flag.
+    const TICK: Duration = Duration::from_millis(100);
+
+    #[derive(clap::Parser, Debug)]
+    #[command(
+        about = "A prefork HTTP/1.1 server whose workers share one listener through herdless"
+    )]
+    pub struct Args {
+        /// Forked workers.
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Port on 127.0.0.1 (0: any free one, printed at start).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// herdless backend: auto, native or emulated.
+        #[arg(long, default_value = "auto")]
+        backend: String,
+        /// Stop after this many requests answered in all.
+        #[arg(long)]
+        max_requests: Option<u64>,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        seconds: Option<f64>,
+    }
+
+    /// Set by SIGINT/SIGTERM, in the parent and in each worker.
+    static STOP: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_signal(_: libc::c_int) {
+        STOP.store(true, SeqCst);
+    }
+
+    fn catch_stop_signals() -> Res<()> {
+        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+        let action = SigAction::new(
+            SigHandler::Handler(on_signal),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        for sig in [Signal::SIGINT, Signal::SIGTERM] {
+            // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+            unsafe { sigaction(sig, &action) }?;
+        }
+        Ok(())
+    }
+
+    /// Per-worker figures and the total of answered requests, in memory shared across fork.
+    struct Counts {
+        base: *const AtomicU64,
+        len: usize,
+    }
+
+    impl Counts {
+        /// Slot 0: requests in all; then (connections, requests) per worker.
+        fn new(workers: usize) -> Res<Counts> {
+            let len = 1 + 2 * workers;
+            // SAFETY: a fresh anonymous shared mapping; no existing memory is touched.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len * 8,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if ptr == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error().into());
+            }
+            Ok(Counts {
+                base: ptr.cast(),
+                len,
+            })
+        }
+
+        fn at(&self, i: usize) -> &AtomicU64 {
+            assert!(i < self.len);
+            // SAFETY: in bounds of a zero-filled mapping that is never unmapped while the
+            // program runs; zero bytes are a valid AtomicU64.
+            unsafe { &*self.base.add(i) }
+        }
+        fn total(&self) -> &AtomicU64 {
+            self.at(0)
+        }
+        fn conns(&self, worker: usize) -> &AtomicU64 {
+            self.at(1 + 2 * worker)
+        }
+        fn requests(&self, worker: usize) -> &AtomicU64 {
+            self.at(2 + 2 * worker)
+        }
+    }
+
+    fn backend(name: &str) -> Res<Backend> {
+        Ok(match name {
+            "auto" => Backend::Auto,
+            "native" => Backend::Native,
+            "emulated" => Backend::Emulated,
+            other => return Err(format!("unknown backend {other}").into()),
+        })
+    }
+
+    pub fn run(args: Args) -> Res<()> {
+        if args.workers == 0 {
+            return Err("--workers must be at least 1".into());
+        }
+        catch_stop_signals()?;
+        let group = Group::builder()
+            .backend(backend(&args.backend)?)
+            .rotate_every(1)
+            .max_members(args.workers.max(2))
+            .build()?;
+        let listener = TcpListener::bind(("127.0.0.1", args.port))?;
+        listener.set_nonblocking(true)?;
+        let counts = Counts::new(args.workers)?;
+        println!(
+            "prefork_server: {} workers on http://{} ({:?} backend); Ctrl-C to stop",
+            args.workers,
+            listener.local_addr()?,
+            group.backend()
+        );
+        let pids = (0..args.workers)
+            .map(|w| fork_worker(w, &group, &listener, &counts))
+            .collect::<Res<Vec<i32>>>()?;
+        drop(listener);
+        supervise(&args, &counts, &pids);
+        report(&args, &counts);
+        Ok(())
+    }
+
+    fn fork_worker(w: usize, group: &Group, listener: &TcpListener, counts: &Counts) -> Res<i32> {
+        // SAFETY: the parent is single-threaded; the child runs only the worker and leaves by
+        // _exit without returning into the parent's code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        if pid == 0 {
+            let code = match work(w, group, listener, counts) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("worker {w}: {e}");
+                    1
+                }
+            };
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        Ok(pid)
+    }
+
+    /// Waits for a stop reason, then stops the workers and reaps them.
+    fn supervise(args: &Args, counts: &Counts, pids: &[i32]) {
+        let start = Instant::now();
+        let limit = args.seconds.map(Duration::from_secs_f64);
+        while !STOP.load(SeqCst)
+            && !limit.is_some_and(|l| start.elapsed() >= l)
+            && !args
+                .max_requests
+                .is_some_and(|m| counts.total().load(SeqCst) >= m)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for &pid in pids {
+            // SAFETY: signals our own child.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        for &pid in pids {
+            let mut status = 0;
+            // SAFETY: reaps our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
+    }
+
+    fn report(args: &Args, counts: &Counts) {
+        let conns: Vec<u64> = (0..args.workers)
+            .map(|w| counts.conns(w).load(SeqCst))
+            .collect();
+        let requests: Vec<u64> = (0..args.workers)
+            .map(|w| counts.requests(w).load(SeqCst))
+            .collect();
+        println!("prefork_server stopped.");
+        for w in 0..args.workers {
+            println!(
+                "  worker {w}: accepted {} connections, answered {} requests",
+                conns[w], requests[w]
+            );
+        }
+        let total: u64 = conns.iter().sum();
+        let max = conns.iter().copied().max().unwrap_or(0);
+        let min = conns.iter().copied().min().unwrap_or(0);
+        println!(
+            "  accepted per worker {conns:?}: {total} in all, max − min {}, top share {:.3}",
+            max - min,
+            max as f64 / total.max(1) as f64
+        );
+    }
+
+    /// One connection of a worker and the bytes of its unfinished request.
+    struct Conn {
+        stream: TcpStream,
+        pending: Vec<u8>,
+    }
+
+    fn work(w: usize, group: &Group, listener: &TcpListener, counts: &Counts) -> Res<()> {
+        let mut waiter = group.join()?;
+        waiter.add(listener, LISTENER, Interest::READABLE.exclusive())?;
+        let mut conns: HashMap<usize, Conn> = HashMap::new();
+        let mut events = Events::with_capacity(64);
+        while !STOP.load(SeqCst) {
+            waiter.wait(&mut events, Some(TICK))?;
+            for ev in events.iter() {
+                if ev.key == LISTENER {
+                    accept(w, &mut waiter, listener, &mut conns, counts)?;
+                } else if let Some(conn) = conns.get_mut(&ev.key) {
+                    if !serve(conn, w, counts) {
+                        waiter.delete(&conn.stream)?;
+                        conns.remove(&ev.key);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes one connection, then says so at once: the next one goes to the next worker.
+    fn accept(
+        w: usize,
+        waiter: &mut Waiter,
+        listener: &TcpListener,
+        conns: &mut HashMap<usize, Conn>,
+        counts: &Counts,
+    ) -> Res<()> {
+        let taken = listener.accept();
+        waiter.consumed(LISTENER)?;
+        let stream = match taken {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        let key = stream.as_raw_fd() as usize;
+        waiter.add(&stream, key, Interest::READABLE)?;
+        counts.conns(w).fetch_add(1, SeqCst);
+        conns.insert(
+            key,
+            Conn {
+                stream,
+                pending: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Reads what is there and answers every complete request; false when the connection is
+    /// done (closed by the peer, or an error).
+    fn serve(conn: &mut Conn, w: usize, counts: &Counts) -> bool {
+        let mut buf = [0u8; 4096];
+        loop {
+            match conn.stream.read(&mut buf) {
+                Ok(0) => return false,
+                Ok(n) => conn.pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        let mut answers = 0;
+        let mut keep_alive = true;
+        while let Some(end) = find(&conn.pending, b"\r\n\r\n") {
+            keep_alive = wants_keep_alive(&conn.pending[..end]);
+            conn.pending.drain(..end + 4);
+            answers += 1;
+        }
+        if answers == 0 {
+            return true;
+        }
+        // Small answers fit the socket buffer; one that does not means a stuck client: drop it.
+        if conn.stream.write_all(&RESPONSE.repeat(answers)).is_err() {
+            return false;
+        }
+        counts.requests(w).fetch_add(answers as u64, SeqCst);
+        counts.total().fetch_add(answers as u64, SeqCst);
+        keep_alive
+    }
+
+    /// HTTP/1.1 keeps the connection unless told `Connection: close`; HTTP/1.0 closes it
+    /// unless told `Connection: keep-alive`.
+    fn wants_keep_alive(head: &[u8]) -> bool {
+        let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+        match head.lines().next().is_some_and(|l| l.ends_with("http/1.0")) {
+            true => head.contains("connection: keep-alive"),
+            false => !head.contains("connection: close"),
+        }
+    }
+
+    fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+        haystack.windows(needle.len()).position(|w| w == needle)
+    }
+}

@@ -59,6 +59,7 @@ mod interest;
 mod platform;
 mod shared;
 mod source;
+mod sync;
 mod waiter;
 
 pub use error::{Error, RawSource, Result};

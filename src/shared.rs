@@ -5,14 +5,20 @@
 //! allocation). Everything in it is an atomic, updated with compare-and-swap and never under a
 //! lock: a member killed at any instant must not leave the others stuck behind a lock it held.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::sync::{AtomicU32, AtomicU64};
 
 use crate::error::{Error, Result};
 
 /// "No member" in a member-index field.
 pub(crate) const NONE: u32 = u32::MAX;
-/// How many distinct exclusive descriptors a group can share under the emulation.
+/// How many distinct exclusive descriptors a group can share under the emulation (a handful
+/// under the model checker, which explores every interleaving of every access).
+#[cfg(not(loom))]
 pub(crate) const MAX_SOURCES: usize = 64;
+#[cfg(loom)]
+pub(crate) const MAX_SOURCES: usize = 1;
 
 /// The life of a member slot.
 pub(crate) mod state {
@@ -48,7 +54,10 @@ pub(crate) struct MemberSlot {
 }
 
 /// Words in a source's member bitmap (one bit per possible member).
+#[cfg(not(loom))]
 pub(crate) const MEMBER_WORDS: usize = crate::group::MAX_MEMBERS_LIMIT / 64;
+#[cfg(loom)]
+pub(crate) const MEMBER_WORDS: usize = 1;
 
 /// One exclusive descriptor shared by the group (emulation only). Each source has its own
 /// token, so members that register different sets of descriptors are still all served.
@@ -94,23 +103,37 @@ pub(crate) struct Header {
 
 /// The shared state of one group: a header followed by `capacity` member slots.
 pub(crate) struct SharedState {
-    ptr: *mut u8,
+    memory: Memory,
     capacity: usize,
 }
 
-// SAFETY: the mapping is only ever accessed through atomics, from any thread.
+/// The memory behind the shared state: an anonymous shared mapping (Unix), zeroed heap memory
+/// (elsewhere), or, under the model checker, ordinary values of its atomics.
+#[cfg(not(loom))]
+struct Memory {
+    ptr: *mut u8,
+}
+#[cfg(loom)]
+struct Memory {
+    header: Box<Header>,
+    members: Vec<MemberSlot>,
+}
+
+// SAFETY: the memory is only ever accessed through atomics, from any thread.
 unsafe impl Send for SharedState {}
-// SAFETY: as above; no `&mut` to the mapping is ever handed out.
+// SAFETY: as above; no `&mut` to the memory is ever handed out.
 unsafe impl Sync for SharedState {}
 
+#[cfg(not(loom))]
 fn layout(capacity: usize) -> std::alloc::Layout {
     let size = std::mem::size_of::<Header>() + capacity * std::mem::size_of::<MemberSlot>();
     std::alloc::Layout::from_size_align(size, 64).expect("shared state layout")
 }
 
-impl SharedState {
-    /// Maps zeroed shared memory for a group of `capacity` members (all-zero atomics are valid).
-    pub(crate) fn new(capacity: usize) -> Result<SharedState> {
+#[cfg(not(loom))]
+impl Memory {
+    /// Maps zeroed shared memory for `capacity` members (all-zero atomics are valid).
+    fn new(capacity: usize) -> Result<Memory> {
         let layout = layout(capacity);
         #[cfg(unix)]
         // SAFETY: a fresh anonymous mapping; no existing memory is touched. MAP_SHARED keeps it
@@ -142,7 +165,90 @@ impl SharedState {
                 std::io::ErrorKind::OutOfMemory.into(),
             ));
         }
-        let shared = SharedState { ptr, capacity };
+        Ok(Memory { ptr })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the memory starts with a Header, is aligned to 64 and lives as long as self.
+        unsafe { &*self.ptr.cast::<Header>() }
+    }
+
+    fn members(&self, capacity: usize) -> &[MemberSlot] {
+        // SAFETY: `capacity` slots follow the header; MemberSlot's alignment (8) divides the
+        // header's size, a multiple of 8; they live as long as self.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr
+                    .add(std::mem::size_of::<Header>())
+                    .cast::<MemberSlot>(),
+                capacity,
+            )
+        }
+    }
+
+    fn free(&mut self, capacity: usize) {
+        let layout = layout(capacity);
+        #[cfg(unix)]
+        // SAFETY: ptr/len are those of our own mapping, unmapped once, when the last handle goes.
+        unsafe {
+            libc::munmap(self.ptr.cast(), layout.size());
+        }
+        #[cfg(not(unix))]
+        // SAFETY: allocated in `new` with the same layout.
+        unsafe {
+            std::alloc::dealloc(self.ptr, layout);
+        }
+    }
+}
+
+#[cfg(loom)]
+impl Memory {
+    fn new(capacity: usize) -> Result<Memory> {
+        let zero32 = || AtomicU32::new(0);
+        let zero64 = || AtomicU64::new(0);
+        let header = Header {
+            high: zero32(),
+            sources: std::array::from_fn(|_| SourceSlot {
+                id: zero64(),
+                holder: zero32(),
+                leader: zero32(),
+                watcher: zero32(),
+                line_head: zero32(),
+                members: std::array::from_fn(|_| zero64()),
+            }),
+        };
+        let members = (0..capacity)
+            .map(|_| MemberSlot {
+                state: zero32(),
+                pid: zero32(),
+                notified: zero32(),
+                wakeups: zero64(),
+                events: zero64(),
+                empty_wakeups: zero64(),
+                token_wakeups: zero64(),
+            })
+            .collect();
+        Ok(Memory {
+            header: Box::new(header),
+            members,
+        })
+    }
+    fn header(&self) -> &Header {
+        &self.header
+    }
+    fn members(&self, _capacity: usize) -> &[MemberSlot] {
+        &self.members
+    }
+    fn free(&mut self, _capacity: usize) {}
+}
+
+impl SharedState {
+    /// Shared state for a group of `capacity` members, every slot free, no source in use.
+    pub(crate) fn new(capacity: usize) -> Result<SharedState> {
+        let shared = SharedState {
+            memory: Memory::new(capacity)?,
+            capacity,
+        };
         for s in &shared.header().sources {
             for f in [&s.holder, &s.leader, &s.watcher] {
                 f.store(NONE, SeqCst);
@@ -152,25 +258,12 @@ impl SharedState {
     }
 
     pub(crate) fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header, is aligned to 64 and lives as long as self.
-        unsafe { &*self.ptr.cast::<Header>() }
+        self.memory.header()
     }
 
     /// The slot of member `index` (< capacity).
     pub(crate) fn member(&self, index: u32) -> &MemberSlot {
-        assert!(
-            (index as usize) < self.capacity,
-            "member index out of range"
-        );
-        // SAFETY: slots follow the header; index is in range; MemberSlot's alignment (8)
-        // divides the header's size, a multiple of 8.
-        unsafe {
-            &*self
-                .ptr
-                .add(std::mem::size_of::<Header>())
-                .cast::<MemberSlot>()
-                .add(index as usize)
-        }
+        &self.memory.members(self.capacity)[index as usize]
     }
 
     /// How many member slots the group has.
@@ -243,16 +336,6 @@ impl SharedState {
 
 impl Drop for SharedState {
     fn drop(&mut self) {
-        let layout = layout(self.capacity);
-        #[cfg(unix)]
-        // SAFETY: ptr/len are those of our own mapping, unmapped once, when the last handle goes.
-        unsafe {
-            libc::munmap(self.ptr.cast(), layout.size());
-        }
-        #[cfg(not(unix))]
-        // SAFETY: allocated in `new` with the same layout.
-        unsafe {
-            std::alloc::dealloc(self.ptr, layout);
-        }
+        self.memory.free(self.capacity);
     }
 }

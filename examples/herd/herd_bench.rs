@@ -19,7 +19,7 @@ use report::{Outcome, Report};
 use rows::{Mode, Refusal, RowSpec};
 
 /// Messages per row in the default comparison (per waiter count and mode).
-const DEFAULT_MESSAGES: u64 = 100_000;
+const DEFAULT_MESSAGES: u64 = 200_000;
 /// The most messages the plain mode gets at `HERD_SIZE` waiters or more by default.
 const DEFAULT_PLAIN_CAP: u64 = 20_000;
 /// From this many waiters up, plain's herd makes every message cost hundreds of wake-ups.

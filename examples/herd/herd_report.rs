@@ -481,7 +481,7 @@ fn bars(
     chart.draw_series(labels)?;
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.85))
         .draw()?;
@@ -516,6 +516,7 @@ fn distribution(
     chart
         .configure_mesh()
         .x_desc("waiters, busiest first (0 shown at 0.01)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y}"))
         .draw()?;
     for &mode in modes {

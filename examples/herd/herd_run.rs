@@ -243,8 +243,8 @@ fn run_processes(
     mut channel: Channel,
     board: &'static AtomicU64,
 ) -> Result<Measured, Refusal> {
-    let (ready_r, ready_w) = pipe()?;
-    let (results_r, results_w) = pipe()?;
+    let (ready_r, ready_w) = pipe(Blocking::Both)?;
+    let (results_r, results_w) = pipe(Blocking::Both)?;
     let fd = channel.read.as_raw_fd();
     let mut pids = Vec::with_capacity(spec.waiters);
     for index in 0..spec.waiters {
@@ -413,6 +413,9 @@ impl<'a> Progress<'a> {
 
     fn show(&mut self, written: u64, total: u64, elapsed: Duration) {
         if elapsed >= Self::AFTER && elapsed - self.last >= Self::EVERY {
+            if !self.shown {
+                eprintln!();
+            }
             eprint!(
                 "\r    {}: {written}/{total} messages written, {:.0} s   ",
                 self.label,
@@ -655,7 +658,7 @@ impl Channel {
     fn open(workload: Workload) -> io::Result<Channel> {
         match workload {
             Workload::Pipe => {
-                let (read, write) = pipe()?;
+                let (read, write) = pipe(Blocking::WriteEnd)?;
                 Ok(Channel {
                     workload,
                     read,
@@ -730,8 +733,13 @@ impl Drop for Channel {
     }
 }
 
+/// The system's ceiling on mq_maxmsg for a process without CAP_SYS_RESOURCE.
+const MSG_MAX: &str = "/proc/sys/fs/mqueue/msg_max";
+
 /// Opens a fresh queue of 8-byte messages, as deep as the system allows: raises our own
-/// RLIMIT_MSGQUEUE to its hard limit, then tries depths from 65536 down.
+/// RLIMIT_MSGQUEUE to its hard limit and, where root may, /proc/sys/fs/mqueue/msg_max for the
+/// moment of the mq_open (restored at once; the queue keeps its depth), then tries depths from
+/// 65536 down.
 fn open_mq() -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
     // SAFETY: rlimit is plain data; getrlimit/setrlimit read and write it.
     unsafe {
@@ -745,8 +753,30 @@ fn open_mq() -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
         CString::new(format!("/herdless-herd-{}", std::process::id())).expect("no NUL in the name");
     // SAFETY: a valid NUL-terminated name; a leftover queue of a killed run is removed.
     unsafe { libc::mq_unlink(name.as_ptr()) };
+    let saved_max = std::fs::read_to_string(MSG_MAX).ok();
+    let raised = saved_max.is_some() && std::fs::write(MSG_MAX, "65536").is_ok();
+    let opened = open_deepest(&name);
+    if let (true, Some(saved)) = (raised, &saved_max) {
+        let _ = std::fs::write(MSG_MAX, saved.trim());
+    }
+    let (read, depth) = opened?;
+    // SAFETY: a valid name; opens the existing queue, blocking, for the producer.
+    let fd = unsafe { libc::mq_open(name.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::mq_unlink(name.as_ptr()) };
+        return Err(e);
+    }
+    // SAFETY: mq_open returned a fresh descriptor.
+    let write = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((read, write, name, depth))
+}
+
+/// Creates the queue (non-blocking, for the waiters) at the deepest depth the system accepts.
+fn open_deepest(name: &CString) -> io::Result<(OwnedFd, i64)> {
     let mut depth = 65536;
-    let read = loop {
+    loop {
         // SAFETY: mq_attr is plain data.
         let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
         attr.mq_maxmsg = depth as _;
@@ -763,7 +793,7 @@ fn open_mq() -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
         };
         if fd >= 0 {
             // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
-            break unsafe { OwnedFd::from_raw_fd(fd) };
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, depth));
         }
         let e = io::Error::last_os_error();
         let too_deep = matches!(
@@ -774,22 +804,20 @@ fn open_mq() -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
             return Err(e);
         }
         depth = (depth / 2).max(10);
-    };
-    // SAFETY: a valid name; opens the existing queue, blocking, for the producer.
-    let fd = unsafe { libc::mq_open(name.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: as above.
-        unsafe { libc::mq_unlink(name.as_ptr()) };
-        return Err(e);
     }
-    // SAFETY: mq_open returned a fresh descriptor.
-    let write = unsafe { OwnedFd::from_raw_fd(fd) };
-    Ok((read, write, name, depth))
 }
 
-/// A pipe: (read end, non-blocking; write end, blocking).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+/// Which ends of a pipe block.
+#[derive(PartialEq)]
+enum Blocking {
+    /// The shared channel: the waiters' read end never blocks.
+    WriteEnd,
+    /// The parent's report pipes: it reads them blocking.
+    Both,
+}
+
+/// A pipe: (read end, write end).
+fn pipe(blocking: Blocking) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two descriptors on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -797,6 +825,9 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: fresh descriptors, owned from here on.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    if blocking == Blocking::Both {
+        return Ok((read, write));
+    }
     // SAFETY: fcntl on a descriptor we own.
     let nonblocking = unsafe {
         let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);

@@ -4,23 +4,24 @@
 //! watching the group's exclusive descriptors, or a `Notifier` wants its `wait` to return. On
 //! Unix each slot has a non-blocking pipe made when the group is built, so members forked later
 //! can ring each other; the member adds the read end to its own poller. On other systems
-//! (Windows: threads only) a bell is the member's `polling::Poller::notify`.
+//! (Windows: threads only) a bell is the member's `polling::Poller::notify`; under the model
+//! checker (`--cfg loom`), a flag.
 
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 use crate::error::Error;
 use crate::error::Result;
 
 /// The door bells of every slot of one group.
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 pub(crate) struct Doorbells {
     /// (read end, write end) per slot, both non-blocking.
     pipes: Vec<(OwnedFd, OwnedFd)>,
 }
 
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 impl Doorbells {
     pub(crate) fn new(slots: usize) -> Result<Doorbells> {
         let pipes = (0..slots)
@@ -58,7 +59,7 @@ impl Doorbells {
     }
 }
 
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 fn set_flags(fd: &OwnedFd) -> std::io::Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
@@ -67,12 +68,12 @@ fn set_flags(fd: &OwnedFd) -> std::io::Result<()> {
 }
 
 /// The door bells of every slot of one group: each member's poller, for its `notify`.
-#[cfg(not(unix))]
+#[cfg(all(not(unix), not(loom)))]
 pub(crate) struct Doorbells {
     pollers: std::sync::Mutex<Vec<Option<std::sync::Arc<polling::Poller>>>>,
 }
 
-#[cfg(not(unix))]
+#[cfg(all(not(unix), not(loom)))]
 impl Doorbells {
     pub(crate) fn new(slots: usize) -> Result<Doorbells> {
         Ok(Doorbells {
@@ -93,4 +94,30 @@ impl Doorbells {
     }
 
     pub(crate) fn drain(&self, _slot: u32) {}
+}
+
+/// Under the model checker: a bell is a flag, so loom can see every ring and every drain.
+#[cfg(loom)]
+pub(crate) struct Doorbells {
+    rung: Vec<crate::sync::AtomicU32>,
+}
+
+#[cfg(loom)]
+impl Doorbells {
+    pub(crate) fn new(slots: usize) -> Result<Doorbells> {
+        Ok(Doorbells {
+            rung: (0..slots).map(|_| crate::sync::AtomicU32::new(0)).collect(),
+        })
+    }
+    pub(crate) fn ring(&self, slot: u32) {
+        self.rung[slot as usize].store(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub(crate) fn drain(&self, slot: u32) {
+        self.rung[slot as usize].store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Has the bell of `slot` rung since it was last drained?
+    #[cfg(test)]
+    pub(crate) fn is_rung(&self, slot: u32) -> bool {
+        self.rung[slot as usize].load(std::sync::atomic::Ordering::SeqCst) != 0
+    }
 }

@@ -9,12 +9,12 @@
 
 use crate::error::Result;
 
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 pub(crate) struct Liveness {
     file: std::fs::File,
 }
 
-#[cfg(unix)]
+#[cfg(all(unix, not(loom)))]
 impl Liveness {
     pub(crate) fn new() -> Result<Liveness> {
         use crate::error::Error;
@@ -93,10 +93,10 @@ impl Liveness {
     }
 }
 
-#[cfg(not(unix))]
+#[cfg(any(not(unix), loom))]
 pub(crate) struct Liveness;
 
-#[cfg(not(unix))]
+#[cfg(any(not(unix), loom))]
 impl Liveness {
     pub(crate) fn new() -> Result<Liveness> {
         Ok(Liveness)

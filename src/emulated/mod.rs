@@ -112,7 +112,7 @@ impl EmulatedWaiter {
         let emu = group.emulation.as_ref().expect("emulated group");
         emu.live.hold(me)?;
         emu.bells.drain(me);
-        #[cfg(unix)]
+        #[cfg(all(unix, not(loom)))]
         // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
         // an Arc of it), and `leave` deletes it from the poller.
         unsafe {
@@ -124,7 +124,7 @@ impl EmulatedWaiter {
                 )
                 .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
-        #[cfg(not(unix))]
+        #[cfg(all(not(unix), not(loom)))]
         emu.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
             me,
@@ -482,7 +482,7 @@ impl EmulatedWaiter {
         for fd in fds {
             self.poller_delete(fd);
         }
-        #[cfg(unix)]
+        #[cfg(all(unix, not(loom)))]
         let _ = self.poller.delete(tk.bells.watch_end(me));
         tk.live.release(me);
     }

@@ -269,3 +269,170 @@ impl Token<'_> {
         }
     }
 }
+
+/// The protocol under the model checker: every interleaving of two or three members' steps.
+/// Run with `RUSTFLAGS="--cfg loom" cargo test --release --lib model` (CI does).
+#[cfg(all(test, loom))]
+mod model {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// A group of `members` members registered on source 0 (all busy, nobody leading).
+    struct World {
+        shared: SharedState,
+        bells: Doorbells,
+        live: Liveness,
+    }
+
+    impl World {
+        fn new(members: u32) -> Arc<World> {
+            let shared = SharedState::new(4).unwrap();
+            for _ in 0..members {
+                shared.claim_slot(1).unwrap();
+            }
+            let s = shared.source_index(1).unwrap();
+            assert_eq!(s, 0);
+            for m in 0..members {
+                shared.source(0).set_member(m, true);
+            }
+            Arc::new(World {
+                shared,
+                bells: Doorbells::new(4).unwrap(),
+                live: Liveness::new().unwrap(),
+            })
+        }
+        fn token(&self) -> Token<'_> {
+            Token {
+                shared: &self.shared,
+                bells: &self.bells,
+                live: &self.live,
+                rotate_every: 1,
+            }
+        }
+        fn set_state(&self, m: u32, st: u32) {
+            self.shared.member(m).state.store(st, SeqCst);
+        }
+        fn leader(&self) -> u32 {
+            self.shared.source(0).leader.load(SeqCst)
+        }
+    }
+
+    /// The leader goes busy while another member comes back to wait: the token ends with the
+    /// idle member, and that member knows it (it took it, or its bell rang).
+    #[test]
+    fn going_idle_while_the_leader_passes() {
+        loom::model(|| {
+            let w = World::new(2);
+            w.set_state(0, state::IDLE);
+            w.shared.source(0).leader.store(0, SeqCst);
+            let a = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.set_state(0, state::BUSY);
+                    w.token().pass(0, 0, true);
+                })
+            };
+            let w2 = w.clone();
+            let took = thread::spawn(move || {
+                w2.set_state(1, state::IDLE);
+                w2.token().take_if_due(0, 1)
+            })
+            .join()
+            .unwrap();
+            a.join().unwrap();
+            assert_eq!(w.leader(), 1, "the only idle member must lead");
+            assert!(took || w.bells.is_rung(1), "the new leader was never told");
+        });
+    }
+
+    /// A holder releases its source while the leader passes the token on: whoever leads at
+    /// the end watches the source again (it saw it free, or its bell rang).
+    #[test]
+    fn release_while_the_token_moves() {
+        loom::model(|| {
+            let w = World::new(3);
+            let (holder, leader, next) = (0, 1, 2);
+            w.set_state(leader, state::IDLE);
+            w.set_state(next, state::IDLE);
+            w.shared.source(0).leader.store(leader, SeqCst);
+            w.shared.source(0).holder.store(holder, SeqCst);
+            let release = {
+                let w = w.clone();
+                thread::spawn(move || w.token().release(0, holder))
+            };
+            let pass = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.set_state(leader, state::BUSY);
+                    w.token().pass(0, leader, false);
+                })
+            };
+            let w3 = w.clone();
+            let saw_free = thread::spawn(move || {
+                // The next member's sync: it watches the source if it leads and it is free.
+                w3.leader() == next && w3.token().needs_watch(0)
+            })
+            .join()
+            .unwrap();
+            release.join().unwrap();
+            pass.join().unwrap();
+            assert_eq!(w.leader(), next);
+            assert!(w.token().needs_watch(0));
+            assert!(
+                saw_free || w.bells.is_rung(next),
+                "a free source nobody watches"
+            );
+        });
+    }
+
+    /// The token is passed to a member that is going busy at that moment: it does not stay
+    /// with a busy member (here nobody is idle, so nobody leads).
+    #[test]
+    fn passing_to_a_member_going_busy() {
+        loom::model(|| {
+            let w = World::new(2);
+            w.set_state(0, state::IDLE);
+            w.set_state(1, state::IDLE);
+            w.shared.source(0).leader.store(0, SeqCst);
+            let a = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.set_state(0, state::BUSY);
+                    w.token().pass(0, 0, false);
+                })
+            };
+            let b = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.set_state(1, state::BUSY);
+                    if w.leader() == 1 {
+                        w.token().pass(0, 1, false);
+                    }
+                })
+            };
+            a.join().unwrap();
+            b.join().unwrap();
+            assert_eq!(w.leader(), NONE, "the token stayed with a busy member");
+        });
+    }
+
+    /// Two members see the source ready at once: exactly one claims it.
+    #[test]
+    fn one_claim_wins() {
+        loom::model(|| {
+            let w = World::new(2);
+            let claims: Vec<_> = (0..2)
+                .map(|m| {
+                    let w = w.clone();
+                    thread::spawn(move || w.token().claim(0, m))
+                })
+                .collect();
+            let won = claims
+                .into_iter()
+                .filter_map(|c| c.join().unwrap().then_some(()))
+                .count();
+            assert_eq!(won, 1);
+        });
+    }
+}

@@ -1,0 +1,7 @@
+//! The atomics of the shared state: the standard ones, or loom's under `--cfg loom`, so that the
+//! model checker can explore every interleaving of the token protocol (see `emulated/token.rs`).
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};

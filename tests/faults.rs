@@ -5,31 +5,18 @@
 mod common;
 
 use std::os::fd::AsRawFd;
-use std::sync::{mpsc, Mutex};
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use common::*;
 use herdless::{Backend, Events, Group, Interest};
 
-/// The tests that fork run one at a time.
-static FORKING: Mutex<()> = Mutex::new(());
-
-fn turns(backend: Backend) -> Turns {
-    Turns {
-        backend,
-        rotate_every: 1,
-        members: 8,
-        messages: 800,
-        gap: None,
-    }
-}
-
 /// Runs 800 messages through 8 processes with `faults`, checks that every message was read
 /// exactly once and that every survivor took part.
 fn survive(backend: Backend, what: &str, faults: &[Kill]) {
-    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
-    let (out, killed) = turns(backend).processes(faults);
+    let _one_at_a_time = one_fork_at_a_time();
+    let (out, killed) = Turns::eight_members(backend).processes(faults);
     out.report(&format!("{backend:?} {what}, killed {killed:?}"));
     assert_eq!(killed.len(), faults.len());
     out.assert_exactly_once(800);
@@ -230,7 +217,7 @@ fn waiter_outlives_its_group_handle(backend: Backend) {
 /// A Waiter carried into a forked child is refused there (it belongs to the parent's member),
 /// and the parent's member is untouched.
 fn waiter_in_a_forked_child_is_refused(backend: Backend) {
-    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = one_fork_at_a_time();
     let group = Group::builder().backend(backend).build().unwrap();
     let mut waiter = group.join().unwrap();
     let (rx, tx) = pipe();

@@ -7,28 +7,13 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
 
 use common::*;
 use herdless::{Backend, Events, Group, Interest};
 
-/// Forking while another test thread forks (or holds a lock a child needs) is asking for
-/// trouble: the tests of this file fork one at a time.
-static FORKING: Mutex<()> = Mutex::new(());
-
-fn turns(backend: Backend) -> Turns {
-    Turns {
-        backend,
-        rotate_every: 1,
-        members: 8,
-        messages: 800,
-        gap: None,
-    }
-}
-
 fn pipe_turns_across_processes(backend: Backend) {
-    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
-    let (out, _) = turns(backend).processes(&[]);
+    let _one_at_a_time = one_fork_at_a_time();
+    let (out, _) = Turns::eight_members(backend).processes(&[]);
     out.report(&format!("{backend:?} 8 processes, back to back"));
     out.assert_exactly_once(800);
     for &c in &out.per_member {
@@ -47,7 +32,7 @@ fn pipe_turns_across_processes(backend: Backend) {
 }
 
 fn listener_accepts_across_processes(backend: Backend) {
-    let _one_at_a_time = FORKING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = one_fork_at_a_time();
     const WORKERS: usize = 8;
     const CONNECTIONS: usize = 400;
     let group = Group::builder().backend(backend).build().unwrap();

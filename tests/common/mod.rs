@@ -47,6 +47,13 @@ pub fn native() -> Option<Backend> {
     }
 }
 
+/// Forking while another test thread of the same binary forks, or holds a lock a child
+/// needs, is asking for trouble: the tests that fork take this first, one at a time.
+pub fn one_fork_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    FORKING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The size of one test message: a u64 id.
 pub const MSG: usize = 8;
 
@@ -241,6 +248,17 @@ fn member_loop(
 }
 
 impl Turns {
+    /// 8 members, 800 messages written back to back, strict turns.
+    pub fn eight_members(backend: Backend) -> Turns {
+        Turns {
+            backend,
+            rotate_every: 1,
+            members: 8,
+            messages: 800,
+            gap: None,
+        }
+    }
+
     fn group(&self) -> Group {
         Group::builder()
             .backend(self.backend)

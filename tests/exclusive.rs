@@ -52,7 +52,7 @@ fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
     write_msg(std::os::fd::AsRawFd::as_raw_fd(&tx), 1);
     // The first waiter to report is one that woke for the message.
     let mut results = vec![(0usize, 0u64); WAITERS];
-    let mut members = vec![0usize; WAITERS];
+    let mut members = [0usize; WAITERS];
     let (i, n, s, m) = result_rx.recv().unwrap();
     results[i] = (n, s);
     members[i] = m;

@@ -85,7 +85,7 @@ fn signals_do_not_break_a_wait(backend: Backend) {
     // SAFETY: installs a handler that does nothing, for SIGUSR1, without SA_RESTART.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = ignore_signal as usize;
+        action.sa_sigaction = ignore_signal as *const () as usize;
         libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
     }
     let group = Group::builder().backend(backend).build().unwrap();

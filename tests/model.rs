@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
@@ -96,14 +97,15 @@ fn run(backend: Backend, ops: &[Op]) -> Result<(), TestCaseError> {
                 exclusive,
             } => {
                 let res = waiter.add(&pipes[pipe].0, key, interest(exclusive));
-                if model.registered.contains_key(&pipe) {
-                    prop_assert!(
+                match model.registered.entry(pipe) {
+                    Entry::Occupied(_) => prop_assert!(
                         matches!(res, Err(Error::AlreadyRegistered { .. })),
                         "{res:?}"
-                    );
-                } else {
-                    prop_assert!(res.is_ok(), "{res:?}");
-                    model.registered.insert(pipe, key);
+                    ),
+                    Entry::Vacant(slot) => {
+                        prop_assert!(res.is_ok(), "{res:?}");
+                        slot.insert(key);
+                    }
                 }
             }
             Op::Modify {
@@ -112,11 +114,14 @@ fn run(backend: Backend, ops: &[Op]) -> Result<(), TestCaseError> {
                 exclusive,
             } => {
                 let res = waiter.modify(&pipes[pipe].0, key, interest(exclusive));
-                if model.registered.contains_key(&pipe) {
-                    prop_assert!(res.is_ok(), "{res:?}");
-                    model.registered.insert(pipe, key);
-                } else {
-                    prop_assert!(matches!(res, Err(Error::NotRegistered { .. })), "{res:?}");
+                match model.registered.get_mut(&pipe) {
+                    Some(registered_key) => {
+                        prop_assert!(res.is_ok(), "{res:?}");
+                        *registered_key = key;
+                    }
+                    None => {
+                        prop_assert!(matches!(res, Err(Error::NotRegistered { .. })), "{res:?}")
+                    }
                 }
             }
             Op::Delete { pipe } => {

@@ -410,12 +410,9 @@ fn bars(
         .map(|l| figure(l))
         .filter(|v| *v > 0.0)
         .collect();
-    let low = values
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min)
-        .min(1.0)
-        / 2.0;
+    // Below 0.01 per message is "none" at this scale (a single waiter that never sleeps).
+    let smallest = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let low = (smallest.min(1.0) / 2.0).max(0.01);
     let high = values.iter().copied().fold(1.0, f64::max) * 3.0;
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
@@ -465,10 +462,10 @@ fn bars(
             let m = modes.iter().position(|&m| m == l.mode)? as f64;
             let c = counts.iter().position(|&c| c == l.waiters)? as f64;
             let x = m - 0.4 + c * width + width * 0.45;
-            let v = figure(l).max(low);
+            let v = figure(l);
             Some(Text::new(
                 short(v),
-                (x, v * 1.15),
+                (x, v.max(low) * 1.15),
                 ("sans-serif", 11).into_font().color(&BLACK).pos(
                     plotters::style::text_anchor::Pos::new(
                         plotters::style::text_anchor::HPos::Center,

@@ -48,3 +48,41 @@ pub fn process_and_children_voluntary_switches() -> Option<u64> {
     #[cfg(not(unix))]
     None
 }
+
+/// Is thread `tid` of process `pid` asleep in a poll or epoll system call right now?
+///
+/// Reads `/proc/<pid>/task/<tid>/stat` (state `S`) and `/proc/<pid>/task/<tid>/syscall` (the
+/// call it sleeps in; readable for one's own processes). The lab and the tests use it to start
+/// their clocks, or write their one message, only once every waiter really sleeps in the
+/// kernel: a check of the real condition instead of a timed sleep.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn asleep_in_wait(pid: u32, tid: i32) -> bool {
+    let base = format!("/proc/{pid}/task/{tid}");
+    let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    if state != Some("S") {
+        return false;
+    }
+    let syscall = std::fs::read_to_string(format!("{base}/syscall")).unwrap_or_default();
+    syscall
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok())
+        .is_some_and(is_wait_syscall)
+}
+
+/// The system calls a waiter sleeps in.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn is_wait_syscall(nr: i64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const WAITS: &[i64] = &[7, 232, 271, 281, 441]; // poll, epoll_wait, ppoll, epoll_pwait, epoll_pwait2
+    #[cfg(target_arch = "aarch64")]
+    const WAITS: &[i64] = &[22, 73, 441]; // epoll_pwait, ppoll, epoll_pwait2
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    const WAITS: &[i64] = &[libc::SYS_epoll_pwait as i64, libc::SYS_ppoll as i64];
+    WAITS.contains(&nr)
+}

@@ -15,6 +15,7 @@ mod rows;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub use crate::queue::Workload;
 use report::{Outcome, Report};
 use rows::{Mode, Refusal, RowSpec};
 
@@ -71,24 +72,11 @@ pub struct Args {
     /// Where to write the chart (default: target/herd/herd-<workload>.svg).
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-}
-
-/// The shared descriptor the waiters wait on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workload {
-    /// A pipe: non-blocking read end shared by the waiters, blocking write end for the producer.
-    Pipe,
-    /// A POSIX message queue (mq_open), non-blocking for the waiters.
-    Mq,
-}
-
-impl Workload {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Workload::Pipe => "pipe",
-            Workload::Mq => "mq",
-        }
-    }
+    /// As root, raise /proc/sys/fs/mqueue/msg_max for the moment the queue is created (and
+    /// restore it at once) so the queue can be deeper than the default 10 messages. A brief
+    /// machine-wide change, so off by default; the table says which depth was used.
+    #[arg(long)]
+    raise_mq_limit: bool,
 }
 
 /// `herd pipe` / `herd mq`: one workload with the given flags.
@@ -216,6 +204,7 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
                             processes: args.processes,
                             time_cap: Duration::from_secs_f64(args.time_cap.max(0.1)),
                             label,
+                            raise_mq_limit: args.raise_mq_limit,
                         },
                     ));
                 }

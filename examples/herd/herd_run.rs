@@ -14,9 +14,8 @@
 //! (`EAGAIN`) in the same window. A watchdog bounds every row: if it overruns, the process kills
 //! its children and exits.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
@@ -24,14 +23,10 @@ use std::time::{Duration, Instant};
 use herdless::{Backend, Events, Group, Interest, Waiter};
 use serde::Serialize;
 
-use super::Workload;
+use crate::queue::{pipe, read_exact, read_one, write_all, Blocking, Channel, Read, Workload};
 
-/// The size of one message: a u64 id.
-const MESSAGE_BYTES: usize = 8;
 /// Marks the id of the last data message of a run.
 const LAST: u64 = 1 << 62;
-/// Tells one message-queue waiter to stop.
-const SENTINEL: u64 = u64::MAX;
 /// The most a waiter may take to fall asleep in the kernel before the clock starts.
 const ASLEEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a row may run beyond its producer time cap before the watchdog ends the process.
@@ -125,6 +120,8 @@ pub struct RowSpec {
     pub time_cap: Duration,
     /// What the progress line calls this row.
     pub label: String,
+    /// Raise /proc/sys/fs/mqueue/msg_max for a deeper queue (root; see `queue::Channel::open`).
+    pub raise_mq_limit: bool,
 }
 
 /// What one row measured.
@@ -157,7 +154,7 @@ struct Tally {
 /// Runs one row.
 pub fn run_row(spec: &RowSpec) -> Result<Measured, Refusal> {
     let group = spec.mode.group(spec.waiters)?;
-    let channel = Channel::open(spec.workload)?;
+    let channel = Channel::open(spec.workload, spec.raise_mq_limit)?;
     let board = board()?;
     board.store(0, SeqCst);
     if spec.processes {
@@ -433,49 +430,6 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// What one read found.
-enum Read {
-    Message(u64),
-    Stop,
-    Empty,
-}
-
-/// Reads one message from the non-blocking read end.
-fn read_one(fd: RawFd, workload: Workload) -> io::Result<Read> {
-    let mut buf = [0u8; MESSAGE_BYTES];
-    loop {
-        let n = match workload {
-            // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
-            Workload::Pipe => unsafe { libc::read(fd, buf.as_mut_ptr().cast(), MESSAGE_BYTES) },
-            // SAFETY: as above; the queue's message size is 8, so the buffer is large enough.
-            Workload::Mq => unsafe {
-                libc::mq_receive(
-                    fd,
-                    buf.as_mut_ptr().cast(),
-                    MESSAGE_BYTES,
-                    std::ptr::null_mut(),
-                )
-            },
-        };
-        return match n {
-            0 => Ok(Read::Stop),
-            8 => match u64::from_ne_bytes(buf) {
-                SENTINEL => Ok(Read::Stop),
-                id => Ok(Read::Message(id)),
-            },
-            -1 => {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(Read::Empty),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => Err(e),
-                }
-            }
-            n => Err(io::Error::other(format!("short read of {n} bytes"))),
-        };
-    }
-}
-
 /// One waiter: a plain `polling` Poller, or a herdless Waiter.
 enum Member {
     Plain {
@@ -643,273 +597,13 @@ fn board() -> io::Result<&'static AtomicU64> {
     Ok(unsafe { &*(addr as *const AtomicU64) })
 }
 
-/// The shared descriptor: a pipe (read end non-blocking, write end blocking), or a POSIX
-/// message queue (a non-blocking descriptor for the waiters, a blocking one for the producer).
-struct Channel {
-    workload: Workload,
-    read: OwnedFd,
-    write: Option<OwnedFd>,
-    /// The queue's name, unlinked when the channel is dropped.
-    mq_name: Option<CString>,
-    mq_depth: Option<i64>,
-}
-
-impl Channel {
-    fn open(workload: Workload) -> io::Result<Channel> {
-        match workload {
-            Workload::Pipe => {
-                let (read, write) = pipe(Blocking::WriteEnd)?;
-                Ok(Channel {
-                    workload,
-                    read,
-                    write: Some(write),
-                    mq_name: None,
-                    mq_depth: None,
-                })
-            }
-            Workload::Mq => {
-                let (read, write, name, depth) = open_mq()?;
-                Ok(Channel {
-                    workload,
-                    read,
-                    write: Some(write),
-                    mq_name: Some(name),
-                    mq_depth: Some(depth),
-                })
-            }
-        }
-    }
-
-    fn write_fd(&self) -> io::Result<RawFd> {
-        self.write
-            .as_ref()
-            .map(AsRawFd::as_raw_fd)
-            .ok_or_else(|| io::Error::other("the write end is closed"))
-    }
-
-    /// Sends one message, blocking while the pipe or queue is full.
-    fn send(&self, id: u64) -> io::Result<()> {
-        let fd = self.write_fd()?;
-        let buf = id.to_ne_bytes();
-        match self.workload {
-            Workload::Pipe => write_all(fd, &buf),
-            Workload::Mq => loop {
-                // SAFETY: sends 8 bytes from a live buffer on our own queue descriptor.
-                let r = unsafe { libc::mq_send(fd, buf.as_ptr().cast(), MESSAGE_BYTES, 0) };
-                if r == 0 {
-                    return Ok(());
-                }
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            },
-        }
-    }
-
-    /// Tells every waiter to stop: EOF on the pipe, or one sentinel per waiter on the queue.
-    fn finish(&mut self, waiters: usize) -> io::Result<()> {
-        if self.workload == Workload::Mq {
-            for _ in 0..waiters {
-                self.send(SENTINEL)?;
-            }
-        }
-        self.close_write_end();
-        Ok(())
-    }
-
-    /// Closes the producer's end (a forked waiter must not hold the pipe open).
-    fn close_write_end(&mut self) {
-        self.write = None;
-    }
-}
-
-impl Drop for Channel {
-    fn drop(&mut self) {
-        if let Some(name) = &self.mq_name {
-            // SAFETY: a valid NUL-terminated name.
-            unsafe { libc::mq_unlink(name.as_ptr()) };
-        }
-    }
-}
-
-/// The system's ceiling on mq_maxmsg for a process without CAP_SYS_RESOURCE.
-const MSG_MAX: &str = "/proc/sys/fs/mqueue/msg_max";
-
-/// Opens a fresh queue of 8-byte messages, as deep as the system allows: raises our own
-/// RLIMIT_MSGQUEUE to its hard limit and, where root may, /proc/sys/fs/mqueue/msg_max for the
-/// moment of the mq_open (restored at once; the queue keeps its depth), then tries depths from
-/// 65536 down.
-fn open_mq() -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
-    // SAFETY: rlimit is plain data; getrlimit/setrlimit read and write it.
-    unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_MSGQUEUE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_MSGQUEUE, &limit);
-        }
-    }
-    let name =
-        CString::new(format!("/herdless-herd-{}", std::process::id())).expect("no NUL in the name");
-    // SAFETY: a valid NUL-terminated name; a leftover queue of a killed run is removed.
-    unsafe { libc::mq_unlink(name.as_ptr()) };
-    let saved_max = std::fs::read_to_string(MSG_MAX).ok();
-    let raised = saved_max.is_some() && std::fs::write(MSG_MAX, "65536").is_ok();
-    let opened = open_deepest(&name);
-    if let (true, Some(saved)) = (raised, &saved_max) {
-        let _ = std::fs::write(MSG_MAX, saved.trim());
-    }
-    let (read, depth) = opened?;
-    // SAFETY: a valid name; opens the existing queue, blocking, for the producer.
-    let fd = unsafe { libc::mq_open(name.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: as above.
-        unsafe { libc::mq_unlink(name.as_ptr()) };
-        return Err(e);
-    }
-    // SAFETY: mq_open returned a fresh descriptor.
-    let write = unsafe { OwnedFd::from_raw_fd(fd) };
-    Ok((read, write, name, depth))
-}
-
-/// Creates the queue (non-blocking, for the waiters) at the deepest depth the system accepts.
-fn open_deepest(name: &CString) -> io::Result<(OwnedFd, i64)> {
-    let mut depth = 65536;
-    loop {
-        // SAFETY: mq_attr is plain data.
-        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
-        attr.mq_maxmsg = depth as _;
-        attr.mq_msgsize = MESSAGE_BYTES as _;
-        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NONBLOCK;
-        // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
-        let fd = unsafe {
-            libc::mq_open(
-                name.as_ptr(),
-                flags | libc::O_CLOEXEC,
-                0o600 as libc::mode_t,
-                &mut attr as *mut libc::mq_attr,
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
-            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, depth));
-        }
-        let e = io::Error::last_os_error();
-        let too_deep = matches!(
-            e.raw_os_error(),
-            Some(libc::EINVAL) | Some(libc::EMFILE) | Some(libc::ENOMEM)
-        );
-        if !too_deep || depth <= 10 {
-            return Err(e);
-        }
-        depth = (depth / 2).max(10);
-    }
-}
-
-/// Which ends of a pipe block.
-#[derive(PartialEq)]
-enum Blocking {
-    /// The shared channel: the waiters' read end never blocks.
-    WriteEnd,
-    /// The parent's report pipes: it reads them blocking.
-    Both,
-}
-
-/// A pipe: (read end, write end).
-fn pipe(blocking: Blocking) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptors, owned from here on.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    if blocking == Blocking::Both {
-        return Ok((read, write));
-    }
-    // SAFETY: fcntl on a descriptor we own.
-    let nonblocking = unsafe {
-        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK)
-    };
-    if nonblocking != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((read, write))
-}
-
-fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        // SAFETY: writes from a live buffer.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        buf = &buf[n as usize..];
-    }
-    Ok(())
-}
-
-fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        // SAFETY: reads into a live buffer.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        match n {
-            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            n => buf = &mut buf[n as usize..],
-        }
-    }
-    Ok(())
-}
-
-/// System calls a waiter sleeps in (x86_64 and aarch64 numbers).
-fn is_wait_syscall(nr: i64) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    const WAITS: &[i64] = &[7, 232, 271, 281, 441]; // poll, epoll_wait, ppoll, epoll_pwait, epoll_pwait2
-    #[cfg(target_arch = "aarch64")]
-    const WAITS: &[i64] = &[22, 73, 441]; // epoll_pwait, ppoll, epoll_pwait2
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    const WAITS: &[i64] = &[];
-    WAITS.contains(&nr)
-}
-
-/// Is thread `tid` of process `pid` asleep in a poll or epoll system call right now?
-fn asleep_in_wait(pid: u32, tid: i32) -> bool {
-    let base = format!("/proc/{pid}/task/{tid}");
-    let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|s| s.split_whitespace().next());
-    if state != Some("S") {
-        return false;
-    }
-    let syscall = std::fs::read_to_string(format!("{base}/syscall")).unwrap_or_default();
-    syscall
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse::<i64>().ok())
-        .is_some_and(is_wait_syscall)
-}
-
 /// Waits (bounded) until every listed thread sleeps in the kernel's wait: checks the real
 /// condition in /proc, not a timed sleep.
 fn until_asleep(threads: &[(u32, Vec<i32>)]) -> io::Result<()> {
     let start = Instant::now();
     for (pid, tids) in threads {
         for &tid in tids {
-            while !asleep_in_wait(*pid, tid) {
+            while !herdless::counters::asleep_in_wait(*pid, tid) {
                 if start.elapsed() > ASLEEP_TIMEOUT {
                     return Err(io::Error::other(format!(
                         "waiter {pid}/{tid} never fell asleep in the kernel"

@@ -1,177 +1,319 @@
 //! The shared descriptor a lab workload pushes messages through: a pipe or a POSIX message
-//! queue, carrying 8-byte message ids. One `Producer` sends (blocking when full); every waiter
-//! receives one message per wake-up from the shared, non-blocking `Consumer` side; `finish`
-//! tells every waiter to stop (end of file on a pipe, one sentinel per waiter on a queue).
+//! queue carrying 8-byte message ids. The producer writes blocking (it waits while the pipe or
+//! queue is full); the waiters share the non-blocking read side and `read_one` message per
+//! wake-up; `finish` stops them (end of file on a pipe, one sentinel per waiter on a queue).
+//! Also the small pipe helpers the lab's parents and children report through.
 
+use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use nix::mqueue::{mq_open, mq_receive, mq_send, mq_unlink, MQ_OFlag, MqAttr, MqdT};
-use nix::sys::stat::Mode;
+use serde::Serialize;
 
-/// The id that tells a message-queue waiter to stop.
-const END: u64 = u64::MAX;
+/// The size of one message: a u64 id.
+pub const MESSAGE_BYTES: usize = 8;
+/// Tells one message-queue waiter to stop.
+pub const SENTINEL: u64 = u64::MAX;
 
-/// Which kind of shared descriptor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+/// The shared descriptor the waiters wait on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Kind {
+pub enum Workload {
+    /// A pipe: non-blocking read end shared by the waiters, blocking write end for the producer.
     Pipe,
+    /// A POSIX message queue (mq_open), non-blocking for the waiters.
     Mq,
 }
 
-impl std::fmt::Display for Kind {
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Pipe => "pipe",
+            Workload::Mq => "mq",
+        }
+    }
+}
+
+impl std::fmt::Display for Workload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Kind::Pipe => "pipe",
-            Kind::Mq => "mq",
-        })
+        f.write_str(self.name())
     }
 }
 
-/// What a waiter found when it tried to receive.
-pub enum Received {
+/// What one read found.
+pub enum Read {
     Message(u64),
-    /// Nothing there: an empty wake-up.
+    Stop,
     Empty,
-    /// The producer is done.
-    End,
 }
 
-/// The producer's side of a queue.
-pub enum Producer {
-    Pipe(OwnedFd),
-    Mq(MqdT),
-}
-
-/// The waiters' side of a queue: non-blocking, shared by every waiter.
-pub enum Consumer {
-    Pipe(OwnedFd),
-    Mq {
-        read: MqdT,
-        name: String,
-        depth: i64,
-    },
-}
-
-/// Opens a fresh queue of `kind`.
-pub fn open(kind: Kind) -> io::Result<(Producer, Consumer)> {
-    match kind {
-        Kind::Pipe => {
-            let (read, write) = nix::unistd::pipe()?;
-            nix::fcntl::fcntl(
-                read.as_raw_fd(),
-                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-            )?;
-            Ok((Producer::Pipe(write), Consumer::Pipe(read)))
-        }
-        Kind::Mq => open_mq(),
-    }
-}
-
-impl Producer {
-    /// Sends one id, blocking while the queue is full.
-    pub fn send(&self, id: u64) -> io::Result<()> {
-        match self {
-            Producer::Pipe(fd) => {
-                let n = nix::unistd::write(fd, &id.to_ne_bytes())?;
-                assert_eq!(n, 8, "pipe writes of 8 bytes are atomic");
-                Ok(())
-            }
-            Producer::Mq(mq) => Ok(mq_send(mq, &id.to_ne_bytes(), 0)?),
-        }
-    }
-
-    /// Tells `waiters` waiters to stop: end of file on a pipe, one sentinel each on a queue.
-    pub fn finish(self, waiters: usize) -> io::Result<()> {
-        match self {
-            Producer::Pipe(fd) => {
-                drop(fd);
-                Ok(())
-            }
-            Producer::Mq(mq) => {
-                for _ in 0..waiters {
-                    mq_send(&mq, &END.to_ne_bytes(), 0)?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl Consumer {
-    /// The descriptor the waiters register.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Consumer::Pipe(read) => read.as_fd(),
-            Consumer::Mq { read, .. } => read.as_fd(),
-        }
-    }
-
-    /// Receives one id without blocking.
-    pub fn receive(&self) -> io::Result<Received> {
-        let mut buf = [0u8; 8];
-        let n = match self {
-            Consumer::Pipe(read) => nix::unistd::read(read.as_raw_fd(), &mut buf),
-            Consumer::Mq { read, .. } => mq_receive(read, &mut buf, &mut 0),
-        };
-        match n {
-            Ok(8) => match u64::from_ne_bytes(buf) {
-                END => Ok(Received::End),
-                id => Ok(Received::Message(id)),
+/// Reads one message from the non-blocking read end.
+pub fn read_one(fd: RawFd, workload: Workload) -> io::Result<Read> {
+    let mut buf = [0u8; MESSAGE_BYTES];
+    loop {
+        let n = match workload {
+            // SAFETY: reads at most 8 bytes into a live 8-byte buffer.
+            Workload::Pipe => unsafe { libc::read(fd, buf.as_mut_ptr().cast(), MESSAGE_BYTES) },
+            // SAFETY: as above; the queue's message size is 8, so the buffer is large enough.
+            Workload::Mq => unsafe {
+                libc::mq_receive(
+                    fd,
+                    buf.as_mut_ptr().cast(),
+                    MESSAGE_BYTES,
+                    std::ptr::null_mut(),
+                )
             },
-            Ok(0) => Ok(Received::End),
-            Ok(n) => Err(io::Error::other(format!("short message of {n} bytes"))),
-            Err(nix::errno::Errno::EAGAIN) => Ok(Received::Empty),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// What the queue is, for the report.
-    pub fn describe(&self) -> String {
-        match self {
-            Consumer::Pipe(_) => "pipe (64 KiB buffer)".into(),
-            Consumer::Mq { depth, .. } => format!("POSIX message queue, depth {depth}"),
-        }
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        if let Consumer::Mq { name, .. } = self {
-            let _ = mq_unlink(name.as_str());
-        }
-    }
-}
-
-/// Opens a fresh message queue as deep as the system allows (root may exceed msg_max).
-fn open_mq() -> io::Result<(Producer, Consumer)> {
-    let name = format!("/herdless-lab-{}", std::process::id());
-    let _ = mq_unlink(name.as_str());
-    let mut last = None;
-    for depth in [8192, 1024, 256, 64, 10] {
-        let attr = MqAttr::new(0, depth, 8, 0);
-        let flags = MQ_OFlag::O_CREAT | MQ_OFlag::O_EXCL | MQ_OFlag::O_WRONLY;
-        match mq_open(
-            name.as_str(),
-            flags,
-            Mode::S_IRUSR | Mode::S_IWUSR,
-            Some(&attr),
-        ) {
-            Ok(write) => {
-                let read = mq_open(
-                    name.as_str(),
-                    MQ_OFlag::O_RDONLY | MQ_OFlag::O_NONBLOCK,
-                    Mode::empty(),
-                    None,
-                )?;
-                return Ok((Producer::Mq(write), Consumer::Mq { read, name, depth }));
+        };
+        return match n {
+            0 => Ok(Read::Stop),
+            8 => match u64::from_ne_bytes(buf) {
+                SENTINEL => Ok(Read::Stop),
+                id => Ok(Read::Message(id)),
+            },
+            -1 => {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(Read::Empty),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                }
             }
-            Err(e) => last = Some(e),
+            n => Err(io::Error::other(format!("short read of {n} bytes"))),
+        };
+    }
+}
+
+/// The shared descriptor: a pipe (read end non-blocking, write end blocking), or a POSIX
+/// message queue (a non-blocking descriptor for the waiters, a blocking one for the producer).
+pub struct Channel {
+    workload: Workload,
+    /// The waiters' side (non-blocking): register it, and `read_one` from it.
+    pub read: OwnedFd,
+    write: Option<OwnedFd>,
+    /// The queue's name, unlinked when the channel is dropped.
+    mq_name: Option<CString>,
+    pub mq_depth: Option<i64>,
+}
+
+impl Channel {
+    /// Opens a fresh channel. `raise_mq_limit`: see [`open_mq`].
+    pub fn open(workload: Workload, raise_mq_limit: bool) -> io::Result<Channel> {
+        match workload {
+            Workload::Pipe => {
+                let (read, write) = pipe(Blocking::WriteEnd)?;
+                Ok(Channel {
+                    workload,
+                    read,
+                    write: Some(write),
+                    mq_name: None,
+                    mq_depth: None,
+                })
+            }
+            Workload::Mq => {
+                let (read, write, name, depth) = open_mq(raise_mq_limit)?;
+                Ok(Channel {
+                    workload,
+                    read,
+                    write: Some(write),
+                    mq_name: Some(name),
+                    mq_depth: Some(depth),
+                })
+            }
         }
     }
-    Err(io::Error::other(format!(
-        "cannot create a POSIX message queue: {}",
-        last.map(|e| e.desc()).unwrap_or("unknown")
-    )))
+
+    pub fn write_fd(&self) -> io::Result<RawFd> {
+        self.write
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+            .ok_or_else(|| io::Error::other("the write end is closed"))
+    }
+
+    /// Sends one message, blocking while the pipe or queue is full.
+    pub fn send(&self, id: u64) -> io::Result<()> {
+        let fd = self.write_fd()?;
+        let buf = id.to_ne_bytes();
+        match self.workload {
+            Workload::Pipe => write_all(fd, &buf),
+            Workload::Mq => loop {
+                // SAFETY: sends 8 bytes from a live buffer on our own queue descriptor.
+                let r = unsafe { libc::mq_send(fd, buf.as_ptr().cast(), MESSAGE_BYTES, 0) };
+                if r == 0 {
+                    return Ok(());
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            },
+        }
+    }
+
+    /// Tells every waiter to stop: EOF on the pipe, or one sentinel per waiter on the queue.
+    pub fn finish(&mut self, waiters: usize) -> io::Result<()> {
+        if self.workload == Workload::Mq {
+            for _ in 0..waiters {
+                self.send(SENTINEL)?;
+            }
+        }
+        self.close_write_end();
+        Ok(())
+    }
+
+    /// Closes the producer's end (a forked waiter must not hold the pipe open).
+    pub fn close_write_end(&mut self) {
+        self.write = None;
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        if let Some(name) = &self.mq_name {
+            // SAFETY: a valid NUL-terminated name.
+            unsafe { libc::mq_unlink(name.as_ptr()) };
+        }
+    }
+}
+
+/// The system's ceiling on mq_maxmsg for a process without CAP_SYS_RESOURCE.
+const MSG_MAX: &str = "/proc/sys/fs/mqueue/msg_max";
+
+/// Opens a fresh queue of 8-byte messages, as deep as the system allows: raises our own
+/// RLIMIT_MSGQUEUE to its hard limit and tries depths from 65536 down. Without
+/// CAP_SYS_RESOURCE the ceiling is /proc/sys/fs/mqueue/msg_max (10 by default); with
+/// `raise_mq_limit`, root raises that file for the moment of the mq_open and restores it at once
+/// (the queue keeps its depth) — a brief machine-wide change, so only on request.
+fn open_mq(raise_mq_limit: bool) -> io::Result<(OwnedFd, OwnedFd, CString, i64)> {
+    // SAFETY: rlimit is plain data; getrlimit/setrlimit read and write it.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_MSGQUEUE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_MSGQUEUE, &limit);
+        }
+    }
+    let name =
+        CString::new(format!("/herdless-herd-{}", std::process::id())).expect("no NUL in the name");
+    // SAFETY: a valid NUL-terminated name; a leftover queue of a killed run is removed.
+    unsafe { libc::mq_unlink(name.as_ptr()) };
+    let saved_max = std::fs::read_to_string(MSG_MAX)
+        .ok()
+        .filter(|_| raise_mq_limit);
+    let raised = saved_max.is_some() && std::fs::write(MSG_MAX, "65536").is_ok();
+    let opened = open_deepest(&name);
+    if let (true, Some(saved)) = (raised, &saved_max) {
+        let _ = std::fs::write(MSG_MAX, saved.trim());
+    }
+    let (read, depth) = opened?;
+    // SAFETY: a valid name; opens the existing queue, blocking, for the producer.
+    let fd = unsafe { libc::mq_open(name.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::mq_unlink(name.as_ptr()) };
+        return Err(e);
+    }
+    // SAFETY: mq_open returned a fresh descriptor.
+    let write = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((read, write, name, depth))
+}
+
+/// Creates the queue (non-blocking, for the waiters) at the deepest depth the system accepts.
+fn open_deepest(name: &CString) -> io::Result<(OwnedFd, i64)> {
+    let mut depth = 65536;
+    loop {
+        // SAFETY: mq_attr is plain data.
+        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+        attr.mq_maxmsg = depth as _;
+        attr.mq_msgsize = MESSAGE_BYTES as _;
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NONBLOCK;
+        // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
+        let fd = unsafe {
+            libc::mq_open(
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                0o600 as libc::mode_t,
+                &mut attr as *mut libc::mq_attr,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, depth));
+        }
+        let e = io::Error::last_os_error();
+        let too_deep = matches!(
+            e.raw_os_error(),
+            Some(libc::EINVAL) | Some(libc::EMFILE) | Some(libc::ENOMEM)
+        );
+        if !too_deep || depth <= 10 {
+            return Err(e);
+        }
+        depth = (depth / 2).max(10);
+    }
+}
+
+/// Which ends of a pipe block.
+#[derive(PartialEq)]
+pub enum Blocking {
+    /// The shared channel: the waiters' read end never blocks.
+    WriteEnd,
+    /// The parent's report pipes: it reads them blocking.
+    Both,
+}
+
+/// A pipe: (read end, write end).
+pub fn pipe(blocking: Blocking) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors, owned from here on.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    if blocking == Blocking::Both {
+        return Ok((read, write));
+    }
+    // SAFETY: fcntl on a descriptor we own.
+    let nonblocking = unsafe {
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK)
+    };
+    if nonblocking != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((read, write))
+}
+
+pub fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: writes from a live buffer.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+pub fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: reads into a live buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            n if n < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => buf = &mut buf[n as usize..],
+        }
+    }
+    Ok(())
 }

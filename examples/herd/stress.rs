@@ -4,6 +4,7 @@
 //! (expected: 0 and 0) next to the time and the distribution. Exits with status 1 if any
 //! message was lost or duplicated.
 
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -11,13 +12,13 @@ use herdless::{Backend, Events, Group, Interest};
 use serde::Serialize;
 
 use crate::fairness::{sketch, Distribution};
-use crate::queue::{self, Kind, Producer, Received};
+use crate::queue::{read_one, Channel, Read, Workload};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Shared descriptors to push messages through.
-    #[arg(long, value_delimiter = ',', default_values_t = [Kind::Pipe, Kind::Mq])]
-    workloads: Vec<Kind>,
+    #[arg(long, value_delimiter = ',', default_values_t = [Workload::Pipe, Workload::Mq])]
+    workloads: Vec<Workload>,
     /// Waiting threads (members of the group).
     #[arg(long, default_value_t = 500)]
     waiters: usize,
@@ -89,7 +90,7 @@ impl std::fmt::Display for Mode {
 /// One checked run.
 #[derive(Debug, Serialize)]
 struct Row {
-    workload: Kind,
+    workload: Workload,
     mode: Mode,
     waiters: usize,
     messages: u64,
@@ -150,23 +151,26 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Runs one workload through one mode and counts how often each id was read.
-fn check(workload: Kind, mode: Mode, args: &Args) -> Result<Row, Box<dyn std::error::Error>> {
+fn check(workload: Workload, mode: Mode, args: &Args) -> Result<Row, Box<dyn std::error::Error>> {
     let group = Group::builder()
         .backend(mode.backend())
         .rotate_every(mode.rotate_every())
         .max_members(args.waiters)
         .build()?;
-    let (producer, consumer) = queue::open(workload)?;
-    eprintln!("  {workload} / {mode}: {}", consumer.describe());
+    let mut channel = Channel::open(workload, false)?;
+    if let Some(depth) = channel.mq_depth {
+        eprintln!("  {workload} / {mode}: message queue depth {depth}");
+    }
     let reads: Vec<AtomicU8> = (0..args.messages).map(|_| AtomicU8::new(0)).collect();
     let out_of_range = AtomicUsize::new(0);
     let start = Instant::now();
     let (per_waiter, empty, produced) = std::thread::scope(|scope| {
+        let fd = channel.read.as_raw_fd();
         let mut handles = Vec::new();
         for _ in 0..args.waiters {
             let mut waiter = group.join()?;
-            waiter.add(consumer.fd(), 0, mode.interest())?;
-            let (consumer, reads, out_of_range) = (&consumer, &reads, &out_of_range);
+            waiter.add(&channel.read, 0, mode.interest())?;
+            let (reads, out_of_range) = (&reads, &out_of_range);
             handles.push(scope.spawn(move || -> std::io::Result<(u64, u64)> {
                 let mut events = Events::with_capacity(1);
                 let (mut count, mut empty) = (0, 0);
@@ -175,8 +179,8 @@ fn check(workload: Kind, mode: Mode, args: &Args) -> Result<Row, Box<dyn std::er
                     if events.is_empty() {
                         continue;
                     }
-                    match consumer.receive()? {
-                        Received::Message(id) => {
+                    match read_one(fd, workload)? {
+                        Read::Message(id) => {
                             waiter.consumed(0)?;
                             count += 1;
                             match reads.get(id as usize) {
@@ -184,18 +188,18 @@ fn check(workload: Kind, mode: Mode, args: &Args) -> Result<Row, Box<dyn std::er
                                 None => out_of_range.fetch_add(1, Relaxed) as u8,
                             };
                         }
-                        Received::Empty => empty += 1,
-                        Received::End => return Ok((count, empty)),
+                        Read::Empty => empty += 1,
+                        Read::Stop => return Ok((count, empty)),
                     }
                 }
             }));
         }
         let produced = produce(
-            &producer,
+            &channel,
             args.messages,
             Duration::from_secs(args.max_seconds),
         )?;
-        producer.finish(args.waiters)?;
+        channel.finish(args.waiters)?;
         let mut per_waiter = Vec::new();
         let mut empty = 0;
         for h in handles {
@@ -230,7 +234,7 @@ fn check(workload: Kind, mode: Mode, args: &Args) -> Result<Row, Box<dyn std::er
 }
 
 /// Sends ids 0.. as fast as the queue takes them, for at most `limit`; returns how many.
-fn produce(queue: &Producer, messages: u64, limit: Duration) -> std::io::Result<u64> {
+fn produce(queue: &Channel, messages: u64, limit: Duration) -> std::io::Result<u64> {
     let start = Instant::now();
     let mut last_report = start;
     for id in 0..messages {

@@ -107,41 +107,14 @@ pub fn vcsw() -> u64 {
     herdless::counters::thread_voluntary_switches().expect("getrusage")
 }
 
-/// System calls a waiter sleeps in (x86_64 and aarch64 numbers).
-fn is_wait_syscall(nr: i64) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    const WAITS: &[i64] = &[7, 232, 271, 281, 441]; // poll, epoll_wait, ppoll, epoll_pwait, epoll_pwait2
-    #[cfg(target_arch = "aarch64")]
-    const WAITS: &[i64] = &[22, 73, 441]; // epoll_pwait, ppoll, epoll_pwait2
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    const WAITS: &[i64] = &[];
-    WAITS.contains(&nr)
-}
-
-/// Is thread `tid` (of process `pid`) asleep in a poll or epoll system call right now?
-pub fn asleep_in_wait(pid: u32, tid: i32) -> bool {
-    let base = format!("/proc/{pid}/task/{tid}");
-    let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|s| s.split_whitespace().next());
-    if state != Some("S") {
-        return false;
-    }
-    let syscall = std::fs::read_to_string(format!("{base}/syscall")).unwrap_or_default();
-    syscall
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse::<i64>().ok())
-        .is_some_and(is_wait_syscall)
-}
-
 /// Waits (bounded) until every listed thread sleeps in the kernel's wait. Checks the real
 /// condition in /proc; it is not a timed sleep.
 pub fn until_asleep(pid: u32, tids: &[i32]) {
     let start = Instant::now();
-    while !tids.iter().all(|&t| asleep_in_wait(pid, t)) {
+    while !tids
+        .iter()
+        .all(|&t| herdless::counters::asleep_in_wait(pid, t))
+    {
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "waiters never fell asleep in the kernel"

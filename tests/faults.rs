@@ -1,5 +1,5 @@
-//! Faults: members killed with SIGKILL (idle, holding the token, handling an event, again and
-//! again), signals delivered to waiting members, a descriptor closed while registered, every
+//! Faults: members killed with SIGKILL (idle, holding the token, handling an event, before
+//! consuming what they read, again and again), signals delivered to waiting members, a descriptor closed while registered, every
 //! member gone and a new one joining, the producer hanging up. Nothing is lost, nothing stalls.
 
 mod common;
@@ -56,11 +56,19 @@ fn member_killed_while_handling(backend: Backend) {
     survive(backend, "member killed handling message 200", &[kill]);
 }
 
+fn member_killed_before_consuming(backend: Backend) {
+    let kill = Kill {
+        at: 500,
+        victim: Victim::Claimed,
+    };
+    survive(backend, "member killed between read and consumed", &[kill]);
+}
+
 fn members_killed_again_and_again(backend: Backend) {
     let victims = [
         Victim::Idle,
         Victim::Handling,
-        Victim::Idle,
+        Victim::Claimed,
         Victim::Handling,
     ];
     let mut faults: Vec<Kill> = (0..4u64)
@@ -259,6 +267,7 @@ against_every_backend!(
     member_killed_while_idle,
     token_holder_killed,
     member_killed_while_handling,
+    member_killed_before_consuming,
     members_killed_again_and_again,
     signals_do_not_break_a_wait,
     closed_while_registered,

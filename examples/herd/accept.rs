@@ -2,8 +2,9 @@
 //! loopback listener, each with its own poll instance, registering in an order the parent
 //! dictates; the parent makes C connections D ms apart and every worker counts its wake-ups,
 //! accepts and empty wake-ups. Each setup is a row: the raw kernel behaviours of the seed (no
-//! flag: the last registrant wins; `EPOLLEXCLUSIVE`: the first one takes everything; half
-//! migrated; nginx's DEL + ADD every 16; `SO_REUSEPORT`) next to herdless, native and emulated.
+//! flag: every worker is woken, and the seed saw the last registrant win; `EPOLLEXCLUSIVE`: the
+//! first registrant takes everything; half migrated; nginx's DEL + ADD every 16;
+//! `SO_REUSEPORT`) next to herdless, native and emulated.
 //! The table shows who got what, because that is what the flag silently gets wrong.
 
 #[path = "accept_worker.rs"]

@@ -25,6 +25,8 @@ use serde::Serialize;
 
 use crate::queue::{pipe, read_exact, read_one, write_all, Blocking, Channel, Read, Workload};
 
+/// The key of the stop descriptor (the data descriptor's is 0).
+const STOP_KEY: usize = 1;
 /// Marks the id of the last data message of a run.
 const LAST: u64 = 1 << 62;
 /// The most a waiter may take to fall asleep in the kernel before the clock starts.
@@ -173,11 +175,11 @@ fn run_threads(
     let watchdog = Watchdog::start(spec, Vec::new());
     let (result_tx, result_rx) = mpsc::channel::<(usize, Result<Tally, String>)>();
     let (tid_tx, tid_rx) = mpsc::channel::<i32>();
-    let fd = channel.read.as_raw_fd();
+    let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
     let mut handles = Vec::with_capacity(spec.waiters);
     for index in 0..spec.waiters {
         // Joined and registered here, in order, so registration order is join order.
-        let mut member = Member::new(spec.mode, group, fd)?;
+        let mut member = Member::new(spec.mode, group, fd, stop)?;
         let (result_tx, tid_tx) = (result_tx.clone(), tid_tx.clone());
         let (workload, work) = (spec.workload, spec.work);
         let handle = std::thread::Builder::new()
@@ -187,7 +189,7 @@ fn run_threads(
                 // SAFETY: gettid has no arguments and cannot fail.
                 let _ = tid_tx.send(unsafe { libc::gettid() });
                 let tally = member_loop(&mut member, fd, workload, work, board);
-                member.leave(fd);
+                member.leave(fd, stop);
                 let _ = result_tx.send((index, tally.map_err(|e| e.to_string())));
             })?;
         handles.push(handle);
@@ -196,7 +198,8 @@ fn run_threads(
     let tids: Vec<i32> = tid_rx.iter().take(spec.waiters).collect();
     until_asleep(&[(std::process::id(), tids)])?;
     let (messages, stopped_by_time_cap, start_ns) = produce(spec, &channel)?;
-    channel.finish(spec.waiters)?;
+    until_last_read(board)?;
+    channel.finish();
     let mut per_waiter = vec![0; spec.waiters];
     let (mut kernel_wakeups, mut empty_wakeups) = (0, 0);
     let mut failure = None;
@@ -242,7 +245,7 @@ fn run_processes(
 ) -> Result<Measured, Refusal> {
     let (ready_r, ready_w) = pipe(Blocking::Both)?;
     let (results_r, results_w) = pipe(Blocking::Both)?;
-    let fd = channel.read.as_raw_fd();
+    let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
     let mut pids = Vec::with_capacity(spec.waiters);
     for index in 0..spec.waiters {
         // SAFETY: the parent has no other thread now (waiters of earlier rows were joined); the
@@ -255,7 +258,7 @@ fn run_processes(
         if pid == 0 {
             channel.close_write_end();
             let record = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                child(spec, group, fd, ready_w.as_raw_fd(), board)
+                child(spec, group, (fd, stop), ready_w.as_raw_fd(), board)
             }));
             let (code, fields) = match record {
                 Ok(Ok(t)) => (0, [index as u64, t.messages, t.empty, t.switches]),
@@ -297,7 +300,8 @@ fn parent(
     let sleepers: Vec<(u32, Vec<i32>)> = pids.iter().map(|&p| (p as u32, vec![p])).collect();
     until_asleep(&sleepers)?;
     let (messages, stopped_by_time_cap, start_ns) = produce(spec, channel)?;
-    channel.finish(spec.waiters)?;
+    until_last_read(board)?;
+    channel.finish();
     let mut per_waiter = vec![0; spec.waiters];
     let (mut kernel_wakeups, mut empty_wakeups) = (0, 0);
     for _ in 0..spec.waiters {
@@ -328,15 +332,28 @@ fn parent(
 fn child(
     spec: &RowSpec,
     group: Option<&Group>,
-    fd: RawFd,
+    (fd, stop): (RawFd, RawFd),
     ready_w: RawFd,
     board: &'static AtomicU64,
 ) -> Result<Tally, Refusal> {
-    let mut member = Member::new(spec.mode, group, fd)?;
+    let mut member = Member::new(spec.mode, group, fd, stop)?;
     write_all(ready_w, &[1])?;
     let tally = member_loop(&mut member, fd, spec.workload, spec.work, board)?;
-    member.leave(fd);
+    member.leave(fd, stop);
     Ok(tally)
+}
+
+/// Waits (bounded) until the last data message has been read: with a FIFO queue every
+/// earlier one has been taken by then, so the waiters may be told to stop.
+fn until_last_read(board: &AtomicU64) -> io::Result<()> {
+    let start = Instant::now();
+    while board.load(SeqCst) == 0 {
+        if start.elapsed() > ASLEEP_TIMEOUT {
+            return Err(io::Error::other("the last message was never read"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -443,16 +460,26 @@ enum Member {
 }
 
 impl Member {
-    fn new(mode: Mode, group: Option<&Group>, fd: RawFd) -> Result<Member, Refusal> {
-        // SAFETY: the channel's read end outlives every member: members leave (below) before
-        // the row drops the channel.
-        let source = unsafe { BorrowedFd::borrow_raw(fd) };
+    fn new(mode: Mode, group: Option<&Group>, fd: RawFd, stop: RawFd) -> Result<Member, Refusal> {
+        // SAFETY: the channel's read end and stop descriptor outlive every member: members leave
+        // (below) before the row drops the channel.
+        let (source, stop_source) =
+            unsafe { (BorrowedFd::borrow_raw(fd), BorrowedFd::borrow_raw(stop)) };
         match group {
             None => {
                 let poller = polling::Poller::new()?;
                 // SAFETY: `source` stays open until `leave` deletes it from this poller.
                 unsafe {
-                    poller.add_with_mode(fd, polling::Event::readable(0), polling::PollMode::Level)
+                    poller.add_with_mode(
+                        fd,
+                        polling::Event::readable(0),
+                        polling::PollMode::Level,
+                    )?;
+                    poller.add_with_mode(
+                        stop,
+                        polling::Event::readable(STOP_KEY),
+                        polling::PollMode::Level,
+                    )
                 }?;
                 Ok(Member::Plain {
                     poller,
@@ -462,6 +489,7 @@ impl Member {
             Some(group) => {
                 let mut waiter = group.join()?;
                 waiter.add(source, 0, mode.interest())?;
+                waiter.add(stop_source, STOP_KEY, Interest::READABLE)?;
                 Ok(Member::Herdless {
                     waiter: Box::new(waiter),
                     events: Events::with_capacity(1),
@@ -492,21 +520,27 @@ impl Member {
         }
     }
 
-    fn leave(self, fd: RawFd) {
-        // SAFETY: the channel's read end is still open (see `new`).
-        let source = unsafe { BorrowedFd::borrow_raw(fd) };
-        match self {
-            Member::Plain { poller, .. } => {
-                let _ = poller.delete(source);
+    fn leave(self, fd: RawFd, stop: RawFd) {
+        for raw in [fd, stop] {
+            // SAFETY: the channel's descriptors are still open (see `new`).
+            let source = unsafe { BorrowedFd::borrow_raw(raw) };
+            match &self {
+                Member::Plain { poller, .. } => {
+                    let _ = poller.delete(source);
+                }
+                Member::Herdless { .. } => {}
             }
-            Member::Herdless { mut waiter, .. } => {
-                let _ = waiter.delete(source);
+        }
+        if let Member::Herdless { mut waiter, .. } = self {
+            for raw in [fd, stop] {
+                // SAFETY: as above.
+                let _ = waiter.delete(unsafe { BorrowedFd::borrow_raw(raw) });
             }
         }
     }
 }
 
-/// wait → read one message → consumed → work, until the stop signal (EOF or a sentinel).
+/// wait → read one message → consumed → work, until the stop descriptor hangs up.
 fn member_loop(
     member: &mut Member,
     fd: RawFd,
@@ -524,6 +558,9 @@ fn member_loop(
             at_drain = Some(switches());
         }
         let Some(key) = key else { continue };
+        if key == STOP_KEY {
+            break;
+        }
         match read_one(fd, workload)? {
             Read::Message(id) => {
                 member.consumed(key)?;

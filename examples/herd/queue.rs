@@ -1,7 +1,7 @@
 //! The shared descriptor a lab workload pushes messages through: a pipe or a POSIX message
 //! queue carrying 8-byte message ids. The producer writes blocking (it waits while the pipe or
 //! queue is full); the waiters share the non-blocking read side and `read_one` message per
-//! wake-up; `finish` stops them (end of file on a pipe, one sentinel per waiter on a queue).
+//! wake-up; `finish` stops them through a stop pipe that hangs up.
 //! Also the small pipe helpers the lab's parents and children report through.
 
 use std::ffi::CString;
@@ -12,8 +12,6 @@ use serde::Serialize;
 
 /// The size of one message: a u64 id.
 pub const MESSAGE_BYTES: usize = 8;
-/// Tells one message-queue waiter to stop.
-pub const SENTINEL: u64 = u64::MAX;
 
 /// The shared descriptor the waiters wait on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -66,10 +64,7 @@ pub fn read_one(fd: RawFd, workload: Workload) -> io::Result<Read> {
         };
         return match n {
             0 => Ok(Read::Stop),
-            8 => match u64::from_ne_bytes(buf) {
-                SENTINEL => Ok(Read::Stop),
-                id => Ok(Read::Message(id)),
-            },
+            8 => Ok(Read::Message(u64::from_ne_bytes(buf))),
             -1 => {
                 let e = io::Error::last_os_error();
                 match e.kind() {
@@ -90,6 +85,12 @@ pub struct Channel {
     /// The waiters' side (non-blocking): register it, and `read_one` from it.
     pub read: OwnedFd,
     write: Option<OwnedFd>,
+    /// The stop signal: waiters register the read end (not exclusive); `finish` closes the
+    /// write end, and the hang-up wakes every waiter. (Not sentinels in the queue: a message
+    /// queue does not wake its pollers for a message a receiver moves in from a blocked
+    /// sender, so a waiter that left right after such a receive would strand the sentinels.)
+    stop_read: OwnedFd,
+    stop_write: Option<OwnedFd>,
     /// The queue's name, unlinked when the channel is dropped.
     mq_name: Option<CString>,
     pub mq_depth: Option<i64>,
@@ -101,25 +102,37 @@ impl Channel {
         match workload {
             Workload::Pipe => {
                 let (read, write) = pipe(Blocking::WriteEnd)?;
-                Ok(Channel {
-                    workload,
-                    read,
-                    write: Some(write),
-                    mq_name: None,
-                    mq_depth: None,
-                })
+                Channel::with_stop(workload, read, write, None, None)
             }
             Workload::Mq => {
                 let (read, write, name, depth) = open_mq(raise_mq_limit)?;
-                Ok(Channel {
-                    workload,
-                    read,
-                    write: Some(write),
-                    mq_name: Some(name),
-                    mq_depth: Some(depth),
-                })
+                Channel::with_stop(workload, read, write, Some(name), Some(depth))
             }
         }
+    }
+
+    fn with_stop(
+        workload: Workload,
+        read: OwnedFd,
+        write: OwnedFd,
+        mq_name: Option<CString>,
+        mq_depth: Option<i64>,
+    ) -> io::Result<Channel> {
+        let (stop_read, stop_write) = pipe(Blocking::WriteEnd)?;
+        Ok(Channel {
+            workload,
+            read,
+            write: Some(write),
+            stop_read,
+            stop_write: Some(stop_write),
+            mq_name,
+            mq_depth,
+        })
+    }
+
+    /// The descriptor that becomes readable (hang-up) when the run is over.
+    pub fn stop_fd(&self) -> RawFd {
+        self.stop_read.as_raw_fd()
     }
 
     pub fn write_fd(&self) -> io::Result<RawFd> {
@@ -149,20 +162,16 @@ impl Channel {
         }
     }
 
-    /// Tells every waiter to stop: EOF on the pipe, or one sentinel per waiter on the queue.
-    pub fn finish(&mut self, waiters: usize) -> io::Result<()> {
-        if self.workload == Workload::Mq {
-            for _ in 0..waiters {
-                self.send(SENTINEL)?;
-            }
-        }
+    /// Tells every waiter to stop, once every message has been read: closes the producer's
+    /// ends, so the stop descriptor hangs up.
+    pub fn finish(&mut self) {
         self.close_write_end();
-        Ok(())
     }
 
-    /// Closes the producer's end (a forked waiter must not hold the pipe open).
+    /// Closes the producer's ends (a forked waiter must not hold them open).
     pub fn close_write_end(&mut self) {
         self.write = None;
+        self.stop_write = None;
     }
 }
 

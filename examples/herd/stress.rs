@@ -4,8 +4,8 @@
 //! (expected: 0 and 0) next to the time and the distribution. Exits with status 1 if any
 //! message was lost or duplicated.
 
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use herdless::{Backend, Events, Group, Interest};
@@ -35,6 +35,9 @@ pub struct Args {
     #[arg(long)]
     json: Option<std::path::PathBuf>,
 }
+
+/// The key of the stop descriptor (the queue's is 0).
+const STOP_KEY: usize = 1;
 
 /// A herdless configuration under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -163,26 +166,33 @@ fn check(workload: Workload, mode: Mode, args: &Args) -> Result<Row, Box<dyn std
     }
     let reads: Vec<AtomicU8> = (0..args.messages).map(|_| AtomicU8::new(0)).collect();
     let out_of_range = AtomicUsize::new(0);
+    let read_total = AtomicU64::new(0);
     let start = Instant::now();
     let (per_waiter, empty, produced) = std::thread::scope(|scope| {
         let fd = channel.read.as_raw_fd();
+        // SAFETY: the stop descriptor lives in `channel`, which outlives every waiter thread.
+        let stop = unsafe { BorrowedFd::borrow_raw(channel.stop_fd()) };
         let mut handles = Vec::new();
         for _ in 0..args.waiters {
             let mut waiter = group.join()?;
             waiter.add(&channel.read, 0, mode.interest())?;
-            let (reads, out_of_range) = (&reads, &out_of_range);
+            waiter.add(stop, STOP_KEY, Interest::READABLE)?;
+            let (reads, out_of_range, read_total) = (&reads, &out_of_range, &read_total);
             handles.push(scope.spawn(move || -> std::io::Result<(u64, u64)> {
                 let mut events = Events::with_capacity(1);
                 let (mut count, mut empty) = (0, 0);
                 loop {
                     waiter.wait(&mut events, None)?;
-                    if events.is_empty() {
-                        continue;
+                    match events.iter().next().map(|e| e.key) {
+                        None => continue,
+                        Some(STOP_KEY) => return Ok((count, empty)),
+                        Some(_) => {}
                     }
                     match read_one(fd, workload)? {
                         Read::Message(id) => {
                             waiter.consumed(0)?;
                             count += 1;
+                            read_total.fetch_add(1, Relaxed);
                             match reads.get(id as usize) {
                                 Some(r) => r.fetch_add(1, Relaxed),
                                 None => out_of_range.fetch_add(1, Relaxed) as u8,
@@ -199,7 +209,13 @@ fn check(workload: Workload, mode: Mode, args: &Args) -> Result<Row, Box<dyn std
             args.messages,
             Duration::from_secs(args.max_seconds),
         )?;
-        channel.finish(args.waiters)?;
+        // Stop once every message was read, or after a grace period (what is missing then is
+        // reported as lost).
+        let grace = Instant::now();
+        while read_total.load(Relaxed) < produced && grace.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        channel.finish();
         let mut per_waiter = Vec::new();
         let mut empty = 0;
         for h in handles {

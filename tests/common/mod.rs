@@ -145,6 +145,9 @@ pub struct Outcome {
     pub kernel_wakeups: u64,
     /// Every message id read, in any order.
     pub ids: Vec<u64>,
+    /// For each member killed: how long the first message written after the kill took to be
+    /// read (the group's stall while it noticed the death).
+    pub stalls_after_kills: Vec<Duration>,
 }
 
 impl Outcome {
@@ -158,6 +161,12 @@ impl Outcome {
             self.empty_reads,
             self.kernel_wakeups as f64 / n
         );
+        if !self.stalls_after_kills.is_empty() {
+            eprintln!(
+                "{what}: first message after each kill read within {:?}",
+                self.stalls_after_kills
+            );
+        }
     }
 
     pub fn total(&self) -> u64 {
@@ -190,12 +199,14 @@ pub struct Turns {
     pub gap: Option<Duration>,
 }
 
-/// One member's loop: wait, read one message, consume, tell the producer; until EOF.
+/// One member's loop: wait, read one message, consume, tell the producer (`ack`); until EOF.
+/// `before_consumed` runs between the read and `consumed`.
 /// Returns (count, empty reads, kernel wake-ups, ids).
 fn member_loop(
     waiter: &mut herdless::Waiter,
     rx: RawFd,
     mut ack: impl FnMut(u64),
+    mut before_consumed: impl FnMut(u64),
 ) -> (u64, u64, u64, Vec<u64>) {
     let mut events = herdless::Events::with_capacity(1);
     let (mut count, mut empty, mut switches, mut ids) = (0, 0, 0, Vec::new());
@@ -208,6 +219,7 @@ fn member_loop(
                 Some(Some(id)) => {
                     count += 1;
                     ids.push(id);
+                    before_consumed(id);
                     // Consumed right after the read, before handling (here: telling the
                     // producer), as the API asks.
                     waiter.consumed(event.key).unwrap();
@@ -259,7 +271,8 @@ impl Turns {
                 let rx = rx.as_raw_fd();
                 std::thread::spawn(move || {
                     tid_tx.send(gettid()).unwrap();
-                    let result = member_loop(&mut waiter, rx, |id| ack_tx.send(id).unwrap());
+                    let result =
+                        member_loop(&mut waiter, rx, |id| ack_tx.send(id).unwrap(), |_| {});
                     waiter
                         .delete(unsafe { std::os::fd::BorrowedFd::borrow_raw(rx) })
                         .ok();
@@ -294,11 +307,16 @@ impl Turns {
             // SAFETY: fcntl on our own descriptor: the parent reads these blocking.
             unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) };
         }
-        let hang_on: Vec<u64> = faults
-            .iter()
-            .filter(|k| k.victim == Victim::Handling)
-            .map(|k| k.at)
-            .collect();
+        let hang_at = |victim| -> Vec<u64> {
+            faults
+                .iter()
+                .filter(|k| k.victim == victim)
+                .map(|k| k.at)
+                .collect()
+        };
+        let hang_on = hang_at(Victim::Handling);
+        let hang_unconsumed = hang_at(Victim::Claimed);
+        let killed_after_read: Vec<u64> = hang_on.iter().chain(&hang_unconsumed).copied().collect();
         let mut pids = Vec::new();
         for index in 0..self.members {
             // SAFETY: the child only uses this crate, raw system calls and _exit.
@@ -313,15 +331,27 @@ impl Turns {
                         .one_event_round_robin();
                     waiter.add(&rx, 0, interest).unwrap();
                     write_all(ready_w.as_raw_fd(), &[1]);
-                    let (count, empty, switches, _) =
-                        member_loop(&mut waiter, rx.as_raw_fd(), |id| {
-                            let mut ack = id.to_ne_bytes().to_vec();
-                            ack.extend_from_slice(&(index as u64).to_ne_bytes());
-                            write_all(ack_w.as_raw_fd(), &ack);
+                    let ack = |id: u64| {
+                        let mut ack = id.to_ne_bytes().to_vec();
+                        ack.extend_from_slice(&(index as u64).to_ne_bytes());
+                        write_all(ack_w.as_raw_fd(), &ack);
+                    };
+                    let (count, empty, switches, _) = member_loop(
+                        &mut waiter,
+                        rx.as_raw_fd(),
+                        |id| {
+                            ack(id);
                             if hang_on.contains(&id) {
                                 hang_forever();
                             }
-                        });
+                        },
+                        |id| {
+                            if hang_unconsumed.contains(&id) {
+                                ack(id);
+                                hang_forever();
+                            }
+                        },
+                    );
                     let mut record = Vec::new();
                     for v in [index as u64, count, empty, switches] {
                         record.extend_from_slice(&v.to_ne_bytes());
@@ -344,28 +374,36 @@ impl Turns {
         let mut ids = Vec::new();
         let mut killed = Vec::new();
         let mut per_member = vec![0u64; self.members];
+        let mut stalls_after_kills = Vec::new();
+        let mut just_killed = false;
         for i in 0..self.messages {
             for kill in faults
                 .iter()
-                .filter(|k| k.at == i && k.victim != Victim::Handling)
+                .filter(|k| k.at == i && !matches!(k.victim, Victim::Handling | Victim::Claimed))
             {
                 let victim = kill.choose(&group, &pids, &killed);
                 // SAFETY: kill(2) on our own child.
                 unsafe { libc::kill(pids[victim], libc::SIGKILL) };
                 killed.push(victim);
+                just_killed = true;
             }
+            let written = Instant::now();
             write_msg(tx.as_raw_fd(), i);
             let mut ack = [0u8; 16];
-            read_exact(ack_r.as_raw_fd(), &mut ack);
+            read_ack(ack_r.as_raw_fd(), &mut ack);
+            if std::mem::take(&mut just_killed) {
+                stalls_after_kills.push(written.elapsed());
+            }
             let id = u64::from_ne_bytes(ack[..8].try_into().unwrap());
             let member = u64::from_ne_bytes(ack[8..].try_into().unwrap()) as usize;
             ids.push(id);
             per_member[member] += 1;
-            if hang_on.contains(&id) {
-                // That member now "handles" the message forever, its readiness not consumed.
+            if killed_after_read.contains(&id) {
+                // That member now "handles" the message forever (its readiness consumed or not).
                 // SAFETY: kill(2) on our own child.
                 unsafe { libc::kill(pids[member], libc::SIGKILL) };
                 killed.push(member);
+                just_killed = true;
             }
             if let Some(gap) = self.gap {
                 std::thread::sleep(gap);
@@ -403,6 +441,7 @@ impl Turns {
             empty_reads,
             kernel_wakeups,
             ids,
+            stalls_after_kills,
         };
         (outcome, killed)
     }
@@ -415,8 +454,12 @@ pub enum Victim {
     TokenHolder,
     /// A member asleep in `wait` that does not hold the token.
     Idle,
-    /// The member that read message `at` and is "handling" it, its readiness not consumed.
+    /// The member that read message `at` and is handling it (readiness consumed, as the API
+    /// asks).
     Handling,
+    /// The member that read message `at` before it said so with `consumed`: it still holds the
+    /// descriptor's claim when it dies.
+    Claimed,
 }
 
 /// SIGKILL a member just before message `at` is written (for `Handling`: right after it was
@@ -461,6 +504,7 @@ fn outcome(results: Vec<(u64, u64, u64, Vec<u64>)>) -> Outcome {
         empty_reads: 0,
         kernel_wakeups: 0,
         ids: Vec::new(),
+        stalls_after_kills: Vec::new(),
     };
     for (count, empty, switches, ids) in results {
         out.per_member.push(count);
@@ -478,6 +522,20 @@ pub fn write_all(fd: RawFd, mut buf: &[u8]) {
         assert!(n > 0, "write: {}", io::Error::last_os_error());
         buf = &buf[n as usize..];
     }
+}
+
+/// Reads one acknowledgement; a group that stays stuck for 30 s fails the test (a liveness
+/// bound, not a timing measure).
+fn read_ack(fd: RawFd, buf: &mut [u8]) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polls one live pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 30_000) };
+    assert!(ready == 1, "the group stalled: no message read for 30 s");
+    read_exact(fd, buf);
 }
 
 pub fn read_exact(fd: RawFd, mut buf: &mut [u8]) {

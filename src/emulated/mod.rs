@@ -101,6 +101,8 @@ pub(crate) struct EmulatedWaiter {
     to_back: Vec<usize>,
     /// How many registrations asked for one event per wait.
     one_event: usize,
+    /// The shared source slots of this member's exclusive registrations.
+    sources: Vec<usize>,
     raw_events: polling::Events,
     candidates: Vec<Candidate>,
 }
@@ -135,6 +137,7 @@ impl EmulatedWaiter {
             holding: Vec::new(),
             to_back: Vec::new(),
             one_event: 0,
+            sources: Vec::new(),
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
         })
@@ -153,7 +156,7 @@ impl EmulatedWaiter {
                 return Err(Error::AlreadyRegistered { fd });
             }
             // The old descriptor was closed and its number reused: forget the old one.
-            self.delete_closed(&token(group), fd);
+            self.forget(&token(group), fd);
         }
         let source = match interest.is_exclusive() {
             true => Some(group.shared.source_index(identity)?),
@@ -161,7 +164,10 @@ impl EmulatedWaiter {
         };
         match source {
             None => self.poller_add(fd, interest)?,
-            Some(s) => group.shared.source(s).set_member(self.me, true),
+            Some(s) => {
+                group.shared.source(s).set_member(self.me, true);
+                self.sources.push(s);
+            }
         }
         self.registrations.insert(
             fd,
@@ -205,23 +211,8 @@ impl EmulatedWaiter {
     }
 
     pub(crate) fn delete(&mut self, group: &GroupInner, fd: RawSource) -> Result<()> {
-        let reg = self
-            .registrations
-            .remove(&fd)
-            .ok_or(Error::NotRegistered { fd })?;
-        self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
-        if reg.in_poller {
-            self.poller_delete(fd);
-        }
-        if let Some(s) = reg.source {
-            let tk = token(group);
-            tk.shared.source(s).set_member(self.me, false);
-            self.release_source(&tk, s);
-            if tk.shared.source(s).leader.load(SeqCst) == self.me {
-                tk.pass(s, self.me, false);
-            }
-        }
-        Ok(())
+        self.forget(&token(group), fd)
+            .ok_or(Error::NotRegistered { fd })
     }
 
     pub(crate) fn consumed(&mut self, group: &GroupInner, key: usize) -> Result<()> {
@@ -246,10 +237,6 @@ impl EmulatedWaiter {
         });
     }
 
-    fn exclusive_sources(&self) -> impl Iterator<Item = usize> + '_ {
-        self.registrations.values().filter_map(|r| r.source)
-    }
-
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
     /// it leads whose last event has been consumed.
     fn sync(&mut self, tk: &Token<'_>) -> Result<()> {
@@ -269,7 +256,7 @@ impl EmulatedWaiter {
                     Ok(()) => {}
                     // Closed while registered: forget it, as the kernel did.
                     Err(Error::BadDescriptor { .. }) => {
-                        let _ = self.delete_closed(tk, fd);
+                        let _ = self.forget(tk, fd);
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -284,18 +271,21 @@ impl EmulatedWaiter {
         Ok(())
     }
 
-    /// Forgets a registration whose descriptor was closed.
-    fn delete_closed(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
+    /// Forgets a registration (deleted, or its descriptor closed): out of the poller, out of its
+    /// source's line, its claim released and its token passed on.
+    fn forget(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
         let reg = self.registrations.remove(&fd)?;
         self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
         if reg.in_poller {
             self.poller_delete(fd);
         }
-        let s = reg.source?;
-        tk.shared.source(s).set_member(self.me, false);
-        self.release_source(tk, s);
-        if tk.shared.source(s).leader.load(SeqCst) == self.me {
-            tk.pass(s, self.me, false);
+        if let Some(s) = reg.source {
+            self.sources.retain(|&x| x != s);
+            tk.shared.source(s).set_member(self.me, false);
+            self.release_source(tk, s);
+            if tk.shared.source(s).leader.load(SeqCst) == self.me {
+                tk.pass(s, self.me, false);
+            }
         }
         Some(())
     }
@@ -320,8 +310,7 @@ impl EmulatedWaiter {
         // Going busy: pass on every token this member has, so the group keeps listening, and go
         // to the back of the lines where it is due.
         slot.state.store(state::BUSY, SeqCst);
-        let sources: Vec<usize> = self.exclusive_sources().collect();
-        for s in sources {
+        for &s in &self.sources {
             let to_back = self.to_back.contains(&s);
             if to_back || tk.shared.source(s).leader.load(SeqCst) == me {
                 tk.pass(s, me, to_back);
@@ -340,12 +329,11 @@ impl EmulatedWaiter {
         let me = self.me;
         let slot = tk.shared.member(me);
         loop {
-            let sources: Vec<usize> = self.exclusive_sources().collect();
-            for &s in &sources {
+            for &s in &self.sources {
                 tk.take_if_due(s, me);
             }
             self.sync(tk)?;
-            let must_check = sources.iter().any(|&s| tk.must_check(s, me));
+            let must_check = self.sources.iter().any(|&s| tk.must_check(s, me));
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let poll_timeout = match (left, must_check) {
                 (Some(l), true) => Some(l.min(LIVENESS_CHECK)),
@@ -358,7 +346,7 @@ impl EmulatedWaiter {
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
             if self.raw_events.is_empty() {
                 if must_check {
-                    for &s in &sources {
+                    for &s in &self.sources {
                         tk.check(s, me);
                     }
                 }
@@ -466,8 +454,7 @@ impl EmulatedWaiter {
             tk.release(s, me);
         }
         tk.shared.member(me).state.store(state::LEFT, SeqCst);
-        let sources: Vec<usize> = self.exclusive_sources().collect();
-        for s in sources {
+        for &s in &self.sources {
             tk.shared.source(s).set_member(me, false);
             if tk.shared.source(s).leader.load(SeqCst) == me {
                 tk.pass(s, me, false);

@@ -273,9 +273,9 @@ impl Turns {
                     tid_tx.send(gettid()).unwrap();
                     let result =
                         member_loop(&mut waiter, rx, |id| ack_tx.send(id).unwrap(), |_| {});
-                    waiter
-                        .delete(unsafe { std::os::fd::BorrowedFd::borrow_raw(rx) })
-                        .ok();
+                    // SAFETY: the pipe's read end lives until every member thread was joined.
+                    let rx = unsafe { std::os::fd::BorrowedFd::borrow_raw(rx) };
+                    waiter.delete(rx).ok();
                     result
                 })
             })

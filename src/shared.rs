@@ -97,6 +97,11 @@ impl SourceSlot {
 pub(crate) struct Header {
     /// One more than the highest slot ever claimed: members live in `0..high`.
     pub high: AtomicU32,
+    /// The process of the first member to join (0 before).
+    pub first_pid: AtomicU32,
+    /// Non-zero once members of more than one process have joined: only then can one die
+    /// without the others, and only then do idle members check on each other.
+    pub spans_processes: AtomicU32,
     /// Shared exclusive descriptors.
     pub sources: [SourceSlot; MAX_SOURCES],
 }
@@ -208,6 +213,8 @@ impl Memory {
         let zero64 = || AtomicU64::new(0);
         let header = Header {
             high: zero32(),
+            first_pid: zero32(),
+            spans_processes: zero32(),
             sources: std::array::from_fn(|_| SourceSlot {
                 id: zero64(),
                 holder: zero32(),
@@ -276,6 +283,11 @@ impl SharedState {
         self.header().high.load(SeqCst)
     }
 
+    /// Have members of more than one process joined?
+    pub(crate) fn spans_processes(&self) -> bool {
+        self.header().spans_processes.load(SeqCst) != 0
+    }
+
     /// Does member `m` hold the token of any source?
     pub(crate) fn leads_any(&self, m: u32) -> bool {
         self.header()
@@ -309,6 +321,12 @@ impl SharedState {
                     slot.notified.store(0, SeqCst);
                     slot.pid.store(pid, SeqCst);
                     self.header().high.fetch_max(i + 1, SeqCst);
+                    let first = &self.header().first_pid;
+                    if let Err(other) = first.compare_exchange(0, pid, SeqCst, SeqCst) {
+                        if other != pid {
+                            self.header().spans_processes.store(1, SeqCst);
+                        }
+                    }
                     return Ok(i);
                 }
             }

@@ -53,27 +53,40 @@ fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
     // The first waiter to report is one that woke for the message.
     let mut results = vec![(0usize, 0u64); WAITERS];
     let mut members = [0usize; WAITERS];
-    let (i, n, s, m) = result_rx.recv().unwrap();
-    results[i] = (n, s);
-    members[i] = m;
-    let mut reported = 1;
-    if interest.is_exclusive() {
-        // Wake the rest ourselves, one notification each.
-        for (j, _, notifier) in &joined {
-            if *j != i {
-                notifier.notify().unwrap();
-            }
+    let mut reported = vec![false; WAITERS];
+    let mut record = |(i, n, s, m): (usize, usize, u64, usize), reported: &mut Vec<bool>| {
+        results[i] = (n, s);
+        members[i] = m;
+        reported[i] = true;
+    };
+    record(result_rx.recv().unwrap(), &mut reported);
+    // Let every waiter the message woke run: each has either returned it or gone back to
+    // sleep in the kernel (one more voluntary switch) before we wake the rest ourselves.
+    let start = std::time::Instant::now();
+    loop {
+        while let Ok(report) = result_rx.try_recv() {
+            record(report, &mut reported);
         }
-    } else {
-        for (_, _, notifier) in &joined {
+        let pending: Vec<i32> = (0..WAITERS)
+            .filter(|&j| !reported[j])
+            .map(|j| tids[j])
+            .collect();
+        if pending
+            .iter()
+            .all(|&t| herdless::counters::asleep_in_wait(std::process::id(), t))
+        {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 20, "waiters never settled");
+        thread::yield_now();
+    }
+    for (j, _, notifier) in &joined {
+        if !reported[*j] {
             notifier.notify().unwrap();
         }
     }
-    while reported < WAITERS {
-        let (i, n, s, m) = result_rx.recv().unwrap();
-        results[i] = (n, s);
-        members[i] = m;
-        reported += 1;
+    while reported.iter().any(|r| !r) {
+        record(result_rx.recv().unwrap(), &mut reported);
     }
     for r in release_tx {
         r.send(()).unwrap();

@@ -30,7 +30,7 @@ use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::shared::state;
 use doorbell::Doorbells;
 use liveness::Liveness;
-use token::{Token, LIVENESS_CHECK};
+use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
 
 /// The poller key of the member's door bell.
 const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
@@ -330,22 +330,29 @@ impl EmulatedWaiter {
         let slot = tk.shared.member(me);
         loop {
             for &s in &self.sources {
-                tk.take_if_due(s, me);
+                if !tk.take_if_due(s, me) {
+                    tk.volunteer(s, me);
+                }
             }
             self.sync(tk)?;
             let must_check = self.sources.iter().any(|&s| tk.must_check(s, me));
+            let sweep = !self.sources.is_empty() && tk.shared.spans_processes();
+            let check_every = match (must_check, sweep) {
+                (true, _) => Some(LIVENESS_CHECK),
+                (false, true) => Some(LIVENESS_SWEEP),
+                (false, false) => None,
+            };
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let poll_timeout = match (left, must_check) {
-                (Some(l), true) => Some(l.min(LIVENESS_CHECK)),
-                (None, true) => Some(LIVENESS_CHECK),
-                (l, false) => l,
+            let poll_timeout = match (left, check_every) {
+                (Some(l), Some(c)) => Some(l.min(c)),
+                (l, c) => l.or(c),
             };
             self.raw_events.clear();
             self.poller
                 .wait(&mut self.raw_events, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
             if self.raw_events.is_empty() {
-                if must_check {
+                if check_every.is_some() {
                     for &s in &self.sources {
                         tk.check(s, me);
                     }
@@ -357,7 +364,7 @@ impl EmulatedWaiter {
                     slot.wakeups.fetch_add(1, SeqCst);
                     return Ok(0);
                 }
-                if !must_check {
+                if check_every.is_none() {
                     // Woken with nothing: a door bell where bells are the poller's notify.
                     slot.wakeups.fetch_add(1, SeqCst);
                     slot.token_wakeups.fetch_add(1, SeqCst);

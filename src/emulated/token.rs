@@ -32,6 +32,9 @@ use crate::shared::{state, SharedState, SourceSlot, NONE};
 
 /// How often a member that depends on another process checks that it is alive.
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
+/// How often every idle member of a group that spans processes wakes to look for a dead
+/// member nobody is checking (a holder that died before it consumed, a watcher that died).
+pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
 
 /// The protocol's view of one group: its shared memory, door bells and liveness marks.
 pub(crate) struct Token<'a> {
@@ -80,13 +83,35 @@ impl Token<'_> {
                 .is_ok()
             {
                 if leader != NONE {
-                    // The old leader still watches `s`: wake it so it stops.
+                    // The old leader still watches `s`: wake it so it stops; it also becomes
+                    // the one who checks that `me` stays alive.
+                    src.watcher.store(leader, SeqCst);
                     self.bells.ring(leader);
+                } else {
+                    self.appoint_watcher(s, me);
                 }
                 return true;
             }
         }
         src.leader.load(SeqCst) == me
+    }
+
+    /// `me` took the token of `s` from nobody: an idle member of another process, if there is
+    /// one, is told to check that `me` stays alive (threads of one process die together).
+    fn appoint_watcher(&self, s: usize, me: u32) {
+        let src = self.source(s);
+        let my_pid = self.shared.member(me).pid.load(SeqCst);
+        let high = self.shared.high();
+        let watcher = (0..high).find(|&m| {
+            m != me
+                && src.has_member(m)
+                && self.shared.member(m).state.load(SeqCst) == state::IDLE
+                && self.shared.member(m).pid.load(SeqCst) != my_pid
+        });
+        if let Some(w) = watcher {
+            src.watcher.store(w, SeqCst);
+            self.bells.ring(w);
+        }
     }
 
     /// The first idle member registered on `s`, in line order from `start` (default: the
@@ -159,6 +184,7 @@ impl Token<'_> {
                                 .compare_exchange(NONE, next, SeqCst, SeqCst)
                                 .is_ok() =>
                         {
+                            src.watcher.store(from, SeqCst);
                             self.bells.ring(next);
                             if self.shared.member(next).state.load(SeqCst) == state::IDLE {
                                 return;
@@ -230,15 +256,49 @@ impl Token<'_> {
         }
     }
 
+    /// `me`, idle and not leading `s`, takes on checking the leader when nobody able to does:
+    /// no watcher, or one that is busy, gone, or in the leader's own process. So a leader in
+    /// another process is always watched while some member of the group is idle.
+    pub(crate) fn volunteer(&self, s: usize, me: u32) {
+        let src = self.source(s);
+        let leader = src.leader.load(SeqCst);
+        let pid = |m: u32| self.shared.member(m).pid.load(SeqCst);
+        if leader == NONE || leader == me || pid(leader) == pid(me) {
+            return;
+        }
+        let watcher = src.watcher.load(SeqCst);
+        let able = |w: u32| {
+            w != NONE
+                && self.shared.member(w).state.load(SeqCst) == state::IDLE
+                && pid(w) != pid(leader)
+        };
+        if watcher != me && !able(watcher) {
+            let _ = src.watcher.compare_exchange(watcher, me, SeqCst, SeqCst);
+        }
+    }
+
     /// Must `me` wake up periodically to check on another process for `s`?
     pub(crate) fn must_check(&self, s: usize, me: u32) -> bool {
         self.dependency(s, me).is_some()
     }
 
-    /// Checks the member `me` depends on for `s` and clears it out if it died.
+    /// Checks the members `me` depends on for `s` and clears out those that died: the holder
+    /// if `me` leads, the leader and the holder if `me` is the watcher.
     pub(crate) fn check(&self, s: usize, me: u32) {
-        if let Some(m) = self.dependency(s, me) {
-            if !self.alive(m) {
+        let src = self.source(s);
+        let (leader, holder) = (src.leader.load(SeqCst), src.holder.load(SeqCst));
+        let suspects = if src.watcher.load(SeqCst) == me {
+            [leader, holder]
+        } else if leader == me {
+            [holder, NONE]
+        } else {
+            [NONE, NONE]
+        };
+        for m in suspects {
+            let other = m != NONE
+                && m != me
+                && self.shared.member(m).pid.load(SeqCst) != std::process::id();
+            if other && !self.alive(m) {
                 self.reap(m);
             }
         }

@@ -364,6 +364,7 @@ impl Turns {
             pids.push(pid);
         }
         drop((ack_w, res_w, ready_w, rx));
+        let mut on_failure = Children(pids.clone());
         let mut byte = [0u8; 1];
         for _ in 0..self.members {
             read_exact(ready_r.as_raw_fd(), &mut byte);
@@ -382,8 +383,14 @@ impl Turns {
                 .filter(|k| k.at == i && !matches!(k.victim, Victim::Handling | Victim::Claimed))
             {
                 let victim = kill.choose(&group, &pids, &killed);
-                // SAFETY: kill(2) on our own child.
-                unsafe { libc::kill(pids[victim], libc::SIGKILL) };
+                // SAFETY: kill(2) and waitpid(2) on our own child. Waiting for it to be gone
+                // matters for the native backend: a process killed while asleep in epoll_wait
+                // can still be the one the kernel picks for the next exclusive wake-up, in the
+                // instant before it exits, and the kernel does not hand that wake-up on.
+                unsafe {
+                    libc::kill(pids[victim], libc::SIGKILL);
+                    libc::waitpid(pids[victim], std::ptr::null_mut(), 0);
+                }
                 killed.push(victim);
                 just_killed = true;
             }
@@ -425,6 +432,7 @@ impl Turns {
             empty_reads += v[2];
             kernel_wakeups += v[3];
         }
+        on_failure.0.clear();
         for (index, pid) in pids.into_iter().enumerate() {
             let mut status = 0;
             // SAFETY: reaps our own child.
@@ -444,6 +452,22 @@ impl Turns {
             stalls_after_kills,
         };
         (outcome, killed)
+    }
+}
+
+/// Forked members, killed and reaped if the test fails halfway (a panic unwinds through it), so
+/// none is left behind holding the test's pipes.
+struct Children(Vec<i32>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: kill(2) and waitpid(2) on our own children.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
     }
 }
 
@@ -471,20 +495,28 @@ pub struct Kill {
 }
 
 impl Kill {
+    /// The first member that fits: alive, asleep in `wait`, and holding the token or not. The
+    /// group may need a moment to settle (a token passed while every member was busy is taken
+    /// by the first to come back), so this waits, bounded, for one to fit.
     fn choose(&self, group: &Group, pids: &[i32], killed: &[usize]) -> usize {
-        let stats = group.stats();
-        let candidates: Vec<usize> = (0..pids.len())
-            .filter(|i| !killed.contains(i))
-            .filter(|&i| {
-                let m = stats.iter().find(|m| m.pid == pids[i] as u32);
-                m.is_some_and(|m| m.alive && m.leader == (self.victim == Victim::TokenHolder))
-            })
-            .collect();
-        let victim = *candidates.first().expect("no member to kill");
-        if self.victim == Victim::Idle {
-            until_asleep(pids[victim] as u32, &[pids[victim]]);
+        let wants_leader = self.victim == Victim::TokenHolder;
+        let start = Instant::now();
+        loop {
+            let stats = group.stats();
+            let fits = |i: &usize| {
+                let m = stats.iter().find(|m| m.pid == pids[*i] as u32);
+                m.is_some_and(|m| m.alive && m.leader == wants_leader)
+                    && herdless::counters::asleep_in_wait(pids[*i] as u32, pids[*i])
+            };
+            if let Some(victim) = (0..pids.len()).filter(|i| !killed.contains(i)).find(fits) {
+                return victim;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no member to kill"
+            );
+            std::thread::yield_now();
         }
-        victim
     }
 }
 

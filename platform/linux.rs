@@ -291,7 +291,8 @@ impl NativeWaiter {
         while let Some(fd) = self.rotate_pending.pop() {
             self.rotate(fd)?;
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to add to now is no deadline at all (as in `polling`).
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let max = if self.one_event > 0 {
             1
         } else {

@@ -106,6 +106,7 @@ impl GroupBuilder {
                 backend,
                 rotate_every: self.rotate_every,
                 shared,
+                live: crate::liveness::Liveness::new()?,
                 emulation,
             }),
         })
@@ -117,8 +118,33 @@ pub(crate) struct GroupInner {
     pub(crate) backend: Backend,
     pub(crate) rotate_every: u32,
     pub(crate) shared: SharedState,
-    /// The emulation's door bells and liveness locks (only for `Backend::Emulated`).
+    /// Each member's liveness mark, so that a dead member's slot is found and reused.
+    pub(crate) live: crate::liveness::Liveness,
+    /// The emulation's door bells (only for `Backend::Emulated`).
     pub(crate) emulation: Option<EmulatedGroup>,
+}
+
+impl GroupInner {
+    /// Finds members whose process died without leaving and clears their slots out (the
+    /// emulation also frees what they held and passes their tokens on).
+    pub(crate) fn reap_dead_members(&self) {
+        for m in 0..self.shared.high() {
+            let Some(seen) = self.shared.dead_member(m, &self.live) else {
+                continue;
+            };
+            match self.backend {
+                Backend::Emulated => crate::emulated::reap_member(self, m, seen),
+                _ => {
+                    let _ = self.shared.member(m).state.compare_exchange(
+                        seen,
+                        state::DEAD,
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The set of waiters sharing descriptors. Cheap to clone, `Send + Sync`, and valid in a child
@@ -155,7 +181,7 @@ pub struct MemberStats {
     pub member: usize,
     /// The member's process.
     pub pid: u32,
-    /// Is the member still joined? (false once it left, or died and was noticed)
+    /// Is the member still joined? (false once it left, or once its process died)
     pub alive: bool,
     /// Times the member's kernel wait returned.
     pub wakeups: u64,
@@ -217,7 +243,8 @@ impl Group {
                 (st != state::FREE).then(|| MemberStats {
                     member: i as usize,
                     pid: slot.pid.load(std::sync::atomic::Ordering::SeqCst),
-                    alive: st == state::IDLE || st == state::BUSY,
+                    alive: (st == state::IDLE || st == state::BUSY)
+                        && shared.dead_member(i, &self.inner.live).is_none(),
                     wakeups: slot.wakeups.load(std::sync::atomic::Ordering::SeqCst),
                     events: slot.events.load(std::sync::atomic::Ordering::SeqCst),
                     empty_wakeups: slot.empty_wakeups.load(std::sync::atomic::Ordering::SeqCst),

@@ -55,6 +55,7 @@ mod emulated;
 mod error;
 mod group;
 mod interest;
+mod liveness;
 #[path = "../platform/mod.rs"]
 mod platform;
 mod shared;

@@ -32,17 +32,22 @@ pub(crate) mod state {
     pub const LEFT: u32 = 3;
     /// Its process died without leaving; found and cleared by another member.
     pub const DEAD: u32 = 4;
+    /// Its process died; another member is clearing out what it held.
+    pub const REAPING: u32 = 5;
 }
 
 /// One member's slot.
 #[repr(C)]
 pub(crate) struct MemberSlot {
-    /// One of [`state`]. FREE → IDLE ⇄ BUSY → LEFT | DEAD; LEFT and DEAD may be joined again.
+    /// One of [`state`]. FREE → IDLE ⇄ BUSY → LEFT | REAPING → DEAD; LEFT and DEAD may be
+    /// joined again.
     pub state: AtomicU32,
     /// The process of the member (0 while FREE).
     pub pid: AtomicU32,
     /// Set by a `Notifier`, cleared by the member's next `wait` that sees it.
     pub notified: AtomicU32,
+    /// How many members have joined into this slot: a `Notifier` of an earlier one stays quiet.
+    pub generation: AtomicU32,
     /// Times the member's kernel wait returned.
     pub wakeups: AtomicU64,
     /// Events handed to the member's caller.
@@ -229,6 +234,7 @@ impl Memory {
                 state: zero32(),
                 pid: zero32(),
                 notified: zero32(),
+                generation: zero32(),
                 wakeups: zero64(),
                 events: zero64(),
                 empty_wakeups: zero64(),
@@ -283,6 +289,16 @@ impl SharedState {
         self.header().high.load(SeqCst)
     }
 
+    /// If member `m` belongs to another process that has died (its liveness mark is gone)
+    /// while the slot still says it is joined, the state the slot was seen in.
+    pub(crate) fn dead_member(&self, m: u32, live: &crate::liveness::Liveness) -> Option<u32> {
+        let slot = self.member(m);
+        let seen = slot.state.load(SeqCst);
+        let pid = slot.pid.load(SeqCst);
+        let joined = seen == state::IDLE || seen == state::BUSY;
+        (joined && pid != std::process::id() && !live.is_alive(m, pid)).then_some(seen)
+    }
+
     /// Have members of more than one process joined?
     pub(crate) fn spans_processes(&self) -> bool {
         self.header().spans_processes.load(SeqCst) != 0
@@ -319,6 +335,7 @@ impl SharedState {
                         c.store(0, SeqCst);
                     }
                     slot.notified.store(0, SeqCst);
+                    slot.generation.fetch_add(1, SeqCst);
                     slot.pid.store(pid, SeqCst);
                     self.header().high.fetch_max(i + 1, SeqCst);
                     let first = &self.header().first_pid;

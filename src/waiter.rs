@@ -69,23 +69,28 @@ impl std::fmt::Debug for Waiter {
 impl Waiter {
     pub(crate) fn join(group: Arc<GroupInner>) -> Result<Waiter> {
         let pid = std::process::id();
+        // Slots of members whose process died are cleared out first, so they can be reused.
+        group.reap_dead_members();
         let member = group.shared.claim_slot(pid)?;
+        let slot = group.shared.member(member);
+        if let Err(e) = group.live.hold(member) {
+            slot.state.store(state::LEFT, SeqCst);
+            return Err(e);
+        }
         let engine = match group.backend {
             Backend::Emulated => EmulatedWaiter::new(&group, member).map(Engine::Emulated),
             _ => NativeWaiter::new(group.rotate_every).map(Engine::Native),
         };
         match engine {
-            Ok(engine) => {
-                group.shared.member(member).state.store(state::BUSY, SeqCst);
-                Ok(Waiter {
-                    group,
-                    member,
-                    pid,
-                    engine: ManuallyDrop::new(engine),
-                })
-            }
+            Ok(engine) => Ok(Waiter {
+                group,
+                member,
+                pid,
+                engine: ManuallyDrop::new(engine),
+            }),
             Err(e) => {
-                group.shared.member(member).state.store(state::LEFT, SeqCst);
+                group.live.release(member);
+                slot.state.store(state::LEFT, SeqCst);
                 Err(e)
             }
         }
@@ -230,6 +235,8 @@ impl Drop for Waiter {
         }
         // SAFETY: dropped once, here, and never used again.
         unsafe { ManuallyDrop::drop(&mut self.engine) };
+        self.group.live.release(self.member);
+        // Last: from here on another member may join into this slot.
         self.group
             .shared
             .member(self.member)

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use std::time::Duration;
 
 use common::*;
@@ -123,7 +123,73 @@ fn builder_settings_are_checked(backend: Backend) {
     }
 }
 
+/// A timeout too long to add to the clock is no deadline, not a panic.
+fn endless_timeout_is_no_deadline(backend: Backend) {
+    let (_group, mut waiter, [rx, _tx]) = working_waiter(backend);
+    let mut events = Events::with_capacity(4);
+    assert_eq!(waiter.wait(&mut events, Some(Duration::MAX)).unwrap(), 1);
+    assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(42)));
+}
+
+/// A notifier of a member that left does not wake the member that took its slot.
+fn stale_notifier_stays_quiet(backend: Backend) {
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(1)
+        .build()
+        .unwrap();
+    let old = group.join().unwrap();
+    let notifier = old.notifier();
+    drop(old);
+    let mut new = group.join().unwrap();
+    notifier.notify().unwrap();
+    let mut events = Events::with_capacity(1);
+    assert_eq!(
+        new.wait(&mut events, Some(Duration::from_millis(20)))
+            .unwrap(),
+        0
+    );
+    let stats = group.stats();
+    assert_eq!(
+        stats[0].wakeups, 0,
+        "the old notifier woke the new member: {stats:?}"
+    );
+}
+
+/// What only the emulation refuses, because it shares one token per open file: an
+/// anonymous-inode descriptor as exclusive, and two descriptors of one file in one member.
+fn one_token_per_file(backend: Backend) {
+    let group = Group::builder().backend(backend).build().unwrap();
+    let mut waiter = group.join().unwrap();
+    // SAFETY: eventfd returns a fresh descriptor that we own from here on.
+    let efd = unsafe { std::os::fd::OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_NONBLOCK)) };
+    let anonymous = waiter.add(&efd, 1, Interest::READABLE.exclusive());
+    let (rx, _tx) = pipe();
+    waiter.add(&rx, 2, Interest::READABLE.exclusive()).unwrap();
+    let dup = rx.try_clone().unwrap();
+    let twice = waiter.add(&dup, 3, Interest::READABLE.exclusive());
+    if backend == Backend::Emulated {
+        assert!(
+            matches!(anonymous, Err(Error::UnwatchableDescriptor { .. })),
+            "{anonymous:?}"
+        );
+        assert!(
+            matches!(twice, Err(Error::AlreadyRegistered { .. })),
+            "{twice:?}"
+        );
+        // Not exclusive, an eventfd is fine.
+        waiter.add(&efd, 1, Interest::READABLE).unwrap();
+    } else {
+        // The kernel keys exclusive entries by descriptor: both are fine natively.
+        anonymous.unwrap();
+        twice.unwrap();
+    }
+}
+
 against_every_backend!(
     refusals_are_typed_and_harmless,
-    builder_settings_are_checked
+    builder_settings_are_checked,
+    endless_timeout_is_no_deadline,
+    stale_notifier_stays_quiet,
+    one_token_per_file,
 );

@@ -275,4 +275,48 @@ against_every_backend!(
     producer_hangup_stops_everyone,
     waiter_outlives_its_group_handle,
     waiter_in_a_forked_child_is_refused,
+    dead_members_slots_are_reused,
 );
+
+/// A member killed without leaving frees its slot for the next to join: a prefork server that
+/// respawns workers does not run out of slots.
+fn dead_members_slots_are_reused(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(2)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let (ready_r, ready_w) = pipe();
+        // SAFETY: the child only uses this crate, raw system calls and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let _member = group.join().unwrap();
+            write_msg(ready_w.as_raw_fd(), 1);
+            loop {
+                // SAFETY: pause(2) until the parent kills us.
+                unsafe { libc::pause() };
+            }
+        }
+        let start = std::time::Instant::now();
+        while read_msg(ready_r.as_raw_fd()).is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the child never joined"
+            );
+            thread::yield_now();
+        }
+        // SAFETY: kill(2) and waitpid(2) on our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+    // Three members joined and died; two slots: both must be usable again.
+    let a = group.join().unwrap();
+    let b = group.join().unwrap();
+    let stats = group.stats();
+    assert_eq!(stats.iter().filter(|m| m.alive).count(), 2, "{stats:?}");
+    drop((a, b));
+}

@@ -10,6 +10,7 @@
 mod accept;
 #[cfg(target_os = "linux")]
 mod drain;
+#[cfg(target_os = "linux")]
 mod fairness;
 #[cfg(target_os = "linux")]
 mod herd_bench;
@@ -68,7 +69,6 @@ fn main() {
 /// says so instead of measuring something else.
 #[cfg(not(target_os = "linux"))]
 fn main() {
-    let _ = fairness::jain(&[]);
     eprintln!(
         "herd: the lab runs on Linux only (it compares the native epoll backend with the \
          emulation); {} is not supported",

@@ -5,7 +5,7 @@
 //! descriptors are in its poller only while it holds their token and their last event has been
 //! consumed (`token` has the protocol); a `sync` before every kernel wait makes the poller match
 //! that rule. So one readiness event wakes one member, members take events in turn, and a
-//! member killed mid-run is cleared out by another (`liveness`).
+//! member killed mid-run is cleared out by another (see `crate::liveness`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder → `pass` hands the token to the next idle member (rung only if there is
@@ -14,7 +14,6 @@
 //! descriptor again.
 
 mod doorbell;
-mod liveness;
 mod token;
 
 use std::collections::HashMap;
@@ -29,23 +28,20 @@ use crate::group::GroupInner;
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::shared::state;
 use doorbell::Doorbells;
-use liveness::Liveness;
 use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
 
 /// The poller key of the member's door bell.
 const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
 
-/// What the emulation adds to a group: door bells and liveness marks, made before any fork.
+/// What the emulation adds to a group: door bells, made before any fork.
 pub(crate) struct EmulatedGroup {
     bells: Doorbells,
-    live: Liveness,
 }
 
 impl EmulatedGroup {
     pub(crate) fn new(slots: usize) -> Result<EmulatedGroup> {
         Ok(EmulatedGroup {
             bells: Doorbells::new(slots)?,
-            live: Liveness::new()?,
         })
     }
 }
@@ -58,7 +54,7 @@ fn token(group: &GroupInner) -> Token<'_> {
     Token {
         shared: &group.shared,
         bells: &emu.bells,
-        live: &emu.live,
+        live: &group.live,
         rotate_every: group.rotate_every,
     }
 }
@@ -112,7 +108,6 @@ impl EmulatedWaiter {
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
         let emu = group.emulation.as_ref().expect("emulated group");
-        emu.live.hold(me)?;
         emu.bells.drain(me);
         #[cfg(all(unix, not(loom)))]
         // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
@@ -159,7 +154,16 @@ impl EmulatedWaiter {
             self.forget(&token(group), fd);
         }
         let source = match interest.is_exclusive() {
-            true => Some(group.shared.source_index(identity)?),
+            true => {
+                refuse_anonymous(fd)?;
+                let s = group.shared.source_index(identity)?;
+                if self.sources.contains(&s) {
+                    // Another descriptor of the same open file (a dup, or the other end of a
+                    // pipe) is registered exclusive already: one token per file and member.
+                    return Err(Error::AlreadyRegistered { fd });
+                }
+                Some(s)
+            }
             false => None,
         };
         match source {
@@ -299,7 +303,8 @@ impl EmulatedWaiter {
         let tk = token(group);
         let me = self.me;
         let slot = group.shared.member(me);
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to add to now is no deadline at all (as in `polling`).
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Coming back to wait: what was handed out last time has been consumed.
         let held: Vec<usize> = self.holding.drain(..).map(|(s, _)| s).collect();
         for s in held {
@@ -460,7 +465,6 @@ impl EmulatedWaiter {
         for (s, _) in std::mem::take(&mut self.holding) {
             tk.release(s, me);
         }
-        tk.shared.member(me).state.store(state::LEFT, SeqCst);
         for &s in &self.sources {
             tk.shared.source(s).set_member(me, false);
             if tk.shared.source(s).leader.load(SeqCst) == me {
@@ -478,7 +482,6 @@ impl EmulatedWaiter {
         }
         #[cfg(all(unix, not(loom)))]
         let _ = self.poller.delete(tk.bells.watch_end(me));
-        tk.live.release(me);
     }
 
     fn poller_add(&self, fd: RawSource, interest: Interest) -> Result<()> {
@@ -556,6 +559,27 @@ fn identify(fd: RawSource) -> Result<u64> {
     Ok(mix(mix(st.st_dev as u64) ^ st.st_ino as u64).max(1))
 }
 
+/// Anonymous-inode descriptors (eventfd, timerfd, signalfd, epoll, pidfd) all share one inode,
+/// so the emulation cannot tell two of them apart across members: refused as exclusive.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn refuse_anonymous(fd: RawSource) -> Result<()> {
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+    if target.to_string_lossy().starts_with("anon_inode:") {
+        return Err(Error::UnwatchableDescriptor {
+            fd,
+            reason: "an anonymous-inode descriptor (eventfd, timerfd, signalfd, epoll) has no \
+                     identity the emulation can share between members: register it without \
+                     exclusive, or use the native backend",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn refuse_anonymous(_fd: RawSource) -> Result<()> {
+    Ok(())
+}
+
 /// Is `fd` a POSIX message queue? (Linux shows them as regular files of the mqueue file
 /// system, and they are pollable.)
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -578,24 +602,37 @@ fn identify(fd: RawSource) -> Result<u64> {
     Ok((fd as u64).wrapping_add(1).max(1))
 }
 
+/// Clears out member `m` of an emulated group, whose process died while its slot was `seen`.
+pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: u32) {
+    token(group).reap(m, seen);
+}
+
 /// Wakes one emulated member, from any thread or any process of the group.
 #[derive(Clone)]
 pub(crate) struct EmulatedNotifier {
     group: Arc<GroupInner>,
     member: u32,
+    /// The slot's generation when the member joined: once it left, another member may use the
+    /// slot, and this notifier must not wake that one.
+    generation: u32,
 }
 
 impl EmulatedNotifier {
     pub(crate) fn new(group: Arc<GroupInner>, member: u32) -> EmulatedNotifier {
-        EmulatedNotifier { group, member }
+        let generation = group.shared.member(member).generation.load(SeqCst);
+        EmulatedNotifier {
+            group,
+            member,
+            generation,
+        }
     }
 
     pub(crate) fn notify(&self) -> Result<()> {
-        self.group
-            .shared
-            .member(self.member)
-            .notified
-            .store(1, SeqCst);
+        let slot = self.group.shared.member(self.member);
+        if slot.generation.load(SeqCst) != self.generation {
+            return Ok(()); // the member left: there is nobody to wake
+        }
+        slot.notified.store(1, SeqCst);
         token(&self.group).bells.ring(self.member);
         Ok(())
     }

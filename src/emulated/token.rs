@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::doorbell::Doorbells;
-use super::liveness::Liveness;
+use crate::liveness::Liveness;
 use crate::shared::{state, SharedState, SourceSlot, NONE};
 
 /// How often a member that depends on another process checks that it is alive.
@@ -228,16 +228,6 @@ impl Token<'_> {
         }
     }
 
-    /// Is member `m` alive? (threads of this process always are)
-    fn alive(&self, m: u32) -> bool {
-        let slot = self.shared.member(m);
-        let st = slot.state.load(SeqCst);
-        if st != state::IDLE && st != state::BUSY {
-            return false;
-        }
-        self.live.is_alive(m, slot.pid.load(SeqCst))
-    }
-
     /// Whom `me` depends on for source `s` and must check on: the leader if `me` passed it the
     /// token last, the holder if `me` leads and waits for it. Only members of other processes.
     fn dependency(&self, s: usize, me: u32) -> Option<u32> {
@@ -295,26 +285,26 @@ impl Token<'_> {
             [NONE, NONE]
         };
         for m in suspects {
-            let other = m != NONE
-                && m != me
-                && self.shared.member(m).pid.load(SeqCst) != std::process::id();
-            if other && !self.alive(m) {
-                self.reap(m);
+            if m == NONE || m == me {
+                continue;
+            }
+            if let Some(seen) = self.shared.dead_member(m, self.live) {
+                self.reap(m, seen);
             }
         }
     }
 
-    /// Clears out member `m`, whose process died: frees what it held, passes its tokens on.
-    pub(crate) fn reap(&self, m: u32) {
+    /// Clears out member `m`, whose process died while its slot was in state `seen`: frees
+    /// what it held and passes its tokens on. The slot is REAPING meanwhile, so that nobody
+    /// joins into it (or reaps it twice) before it is clean, and DEAD after.
+    pub(crate) fn reap(&self, m: u32, seen: u32) {
         let slot = self.shared.member(m);
-        let st = slot.state.load(SeqCst);
-        if (st == state::IDLE || st == state::BUSY)
-            && slot
-                .state
-                .compare_exchange(st, state::DEAD, SeqCst, SeqCst)
-                .is_err()
+        if slot
+            .state
+            .compare_exchange(seen, state::REAPING, SeqCst, SeqCst)
+            .is_err()
         {
-            return;
+            return; // it changed since it was found dead: someone else took care of it
         }
         for s in 0..crate::shared::MAX_SOURCES {
             let src = self.source(s);
@@ -327,6 +317,7 @@ impl Token<'_> {
                 self.pass(s, m, false);
             }
         }
+        slot.state.store(state::DEAD, SeqCst);
     }
 }
 

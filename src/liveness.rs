@@ -1,4 +1,5 @@
-//! Is a member of another process still alive? Asked without any helper process or thread.
+//! Is a member of another process still alive? Asked without any helper process or thread, so
+//! that the emulation can clear out a dead member and any group can reuse its slot.
 //!
 //! Each member holds a POSIX record lock on one byte of an unlinked file the group made when it
 //! was built (byte n for slot n). The kernel drops a process's record locks the moment the

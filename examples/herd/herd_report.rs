@@ -476,13 +476,7 @@ fn bars(
         })
         .collect();
     chart.draw_series(labels)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .draw()?;
-    Ok(())
+    draw_legend(&mut chart)
 }
 
 /// Messages per waiter, sorted from the busiest, as a multiple of the fair share, at the
@@ -539,13 +533,7 @@ fn distribution(
                 PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .draw()?;
-    Ok(())
+    draw_legend(&mut chart)
 }
 
 /// A bar's value in a few characters.
@@ -602,4 +590,23 @@ fn print_markdown(header: &[&str], rows: &[Vec<String>]) {
     for row in rows {
         line(row.iter().map(String::as_str).collect());
     }
+}
+
+/// The legend every chart of the report uses: top right, boxed, over a light background.
+fn draw_legend<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .draw()?;
+    Ok(())
 }

@@ -197,19 +197,12 @@ fn run_threads(
     drop((result_tx, tid_tx));
     let tids: Vec<i32> = tid_rx.iter().take(spec.waiters).collect();
     until_asleep(&[(std::process::id(), tids)])?;
-    let (messages, stopped_by_time_cap, start_ns) = produce(spec, &channel)?;
-    until_last_read(board)?;
-    channel.finish();
-    let mut per_waiter = vec![0; spec.waiters];
-    let (mut kernel_wakeups, mut empty_wakeups) = (0, 0);
+    let written = produce_then_stop(spec, &mut channel, board)?;
+    let mut totals = Totals::new(spec.waiters);
     let mut failure = None;
     for (index, tally) in result_rx.iter() {
         match tally {
-            Ok(t) => {
-                per_waiter[index] = t.messages;
-                kernel_wakeups += t.switches;
-                empty_wakeups += t.empty;
-            }
+            Ok(t) => totals.add(index, &t),
             Err(e) => failure = Some(format!("waiter {index}: {e}")),
         }
     }
@@ -222,16 +215,7 @@ fn run_threads(
     if let Some(e) = failure {
         return Err(Refusal::Failed(e));
     }
-    finish(
-        messages,
-        stopped_by_time_cap,
-        start_ns,
-        board,
-        kernel_wakeups,
-        empty_wakeups,
-        per_waiter,
-        channel.mq_depth,
-    )
+    finish(written, totals, board, channel.mq_depth)
 }
 
 /// A child's report: index, messages, empty wake-ups, switches; index `u64::MAX` if it failed.
@@ -299,11 +283,8 @@ fn parent(
     read_exact(ready_r.as_raw_fd(), &mut ready)?;
     let sleepers: Vec<(u32, Vec<i32>)> = pids.iter().map(|&p| (p as u32, vec![p])).collect();
     until_asleep(&sleepers)?;
-    let (messages, stopped_by_time_cap, start_ns) = produce(spec, channel)?;
-    until_last_read(board)?;
-    channel.finish();
-    let mut per_waiter = vec![0; spec.waiters];
-    let (mut kernel_wakeups, mut empty_wakeups) = (0, 0);
+    let written = produce_then_stop(spec, channel, board)?;
+    let mut totals = Totals::new(spec.waiters);
     for _ in 0..spec.waiters {
         let mut record = [0u8; RECORD_BYTES];
         read_exact(results_r.as_raw_fd(), &mut record)?;
@@ -312,20 +293,14 @@ fn parent(
         if field(0) == u64::MAX {
             return Err(Refusal::Failed("a waiter process failed".into()));
         }
-        per_waiter[field(0) as usize] = field(1);
-        empty_wakeups += field(2);
-        kernel_wakeups += field(3);
+        let tally = Tally {
+            messages: field(1),
+            empty: field(2),
+            switches: field(3),
+        };
+        totals.add(field(0) as usize, &tally);
     }
-    finish(
-        messages,
-        stopped_by_time_cap,
-        start_ns,
-        board,
-        kernel_wakeups,
-        empty_wakeups,
-        per_waiter,
-        channel.mq_depth,
-    )
+    finish(written, totals, board, channel.mq_depth)
 }
 
 /// A forked waiter: joins the group in the child, says it is ready, runs the member loop.
@@ -356,38 +331,77 @@ fn until_last_read(board: &AtomicU64) -> io::Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn finish(
+/// What the producer wrote.
+struct Written {
     messages: u64,
     stopped_by_time_cap: bool,
     start_ns: u64,
-    board: &AtomicU64,
+}
+
+/// The waiters' figures, added up as they report.
+struct Totals {
+    per_waiter: Vec<u64>,
     kernel_wakeups: u64,
     empty_wakeups: u64,
-    per_waiter: Vec<u64>,
+}
+
+impl Totals {
+    fn new(waiters: usize) -> Totals {
+        Totals {
+            per_waiter: vec![0; waiters],
+            kernel_wakeups: 0,
+            empty_wakeups: 0,
+        }
+    }
+
+    fn add(&mut self, index: usize, tally: &Tally) {
+        self.per_waiter[index] = tally.messages;
+        self.kernel_wakeups += tally.switches;
+        self.empty_wakeups += tally.empty;
+    }
+}
+
+fn finish(
+    written: Written,
+    totals: Totals,
+    board: &AtomicU64,
     mq_depth: Option<i64>,
 ) -> Result<Measured, Refusal> {
-    let read: u64 = per_waiter.iter().sum();
-    if read != messages {
+    let read: u64 = totals.per_waiter.iter().sum();
+    if read != written.messages {
         return Err(Refusal::Failed(format!(
-            "{messages} messages written but {read} read"
+            "{} messages written but {read} read",
+            written.messages
         )));
     }
     let end_ns = board.load(SeqCst);
     Ok(Measured {
-        messages,
-        stopped_by_time_cap,
-        seconds: end_ns.saturating_sub(start_ns) as f64 / 1e9,
-        kernel_wakeups,
-        empty_wakeups,
-        per_waiter,
+        messages: written.messages,
+        stopped_by_time_cap: written.stopped_by_time_cap,
+        seconds: end_ns.saturating_sub(written.start_ns) as f64 / 1e9,
+        kernel_wakeups: totals.kernel_wakeups,
+        empty_wakeups: totals.empty_wakeups,
+        per_waiter: totals.per_waiter,
         mq_depth,
     })
 }
 
+/// Produces the row's messages, waits until the last one was read, and tells the waiters to
+/// stop.
+fn produce_then_stop(
+    spec: &RowSpec,
+    channel: &mut Channel,
+    board: &AtomicU64,
+) -> Result<Written, Refusal> {
+    let written = produce(spec, channel)?;
+    until_last_read(board)?;
+    channel.finish();
+    Ok(written)
+}
+
 /// The producer: writes ids 0.. as fast as it can, marks the last one, and shows progress on
-/// stderr when the row takes more than a few seconds. Returns (messages, stopped early, start).
-fn produce(spec: &RowSpec, channel: &Channel) -> io::Result<(u64, bool, u64)> {
+/// stderr when the row takes more than a few seconds.
+fn produce(spec: &RowSpec, channel: &Channel) -> io::Result<Written> {
     let start = Instant::now();
     let start_ns = monotonic_ns();
     let mut progress = Progress::new(&spec.label);
@@ -400,10 +414,18 @@ fn produce(spec: &RowSpec, channel: &Channel) -> io::Result<(u64, bool, u64)> {
         channel.send(if last { i | LAST } else { i })?;
         if last {
             progress.done();
-            return Ok((i + 1, i + 1 < spec.messages, start_ns));
+            return Ok(Written {
+                messages: i + 1,
+                stopped_by_time_cap: i + 1 < spec.messages,
+                start_ns,
+            });
         }
     }
-    Ok((0, false, start_ns))
+    Ok(Written {
+        messages: 0,
+        stopped_by_time_cap: false,
+        start_ns,
+    })
 }
 
 /// A progress line on stderr, shown only once a row has run for a few seconds.

@@ -268,14 +268,13 @@ impl NativeWaiter {
     }
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
-        let due: Vec<RawFd> = self
+        // Usually one pending descriptor: no allocation on this hot path.
+        while let Some(i) = self
             .rotate_pending
             .iter()
-            .copied()
-            .filter(|fd| self.registrations.get(fd).is_some_and(|r| r.key == key))
-            .collect();
-        for fd in due {
-            self.rotate_pending.retain(|&p| p != fd);
+            .position(|fd| self.registrations.get(fd).is_some_and(|r| r.key == key))
+        {
+            let fd = self.rotate_pending.swap_remove(i);
             self.rotate(fd)?;
         }
         Ok(())

@@ -56,6 +56,7 @@ mod error;
 mod group;
 mod interest;
 mod liveness;
+mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
 mod shared;

@@ -48,6 +48,9 @@ pub(crate) struct MemberSlot {
     pub notified: AtomicU32,
     /// How many members have joined into this slot: a `Notifier` of an earlier one stays quiet.
     pub generation: AtomicU32,
+    /// Non-zero while the member spins briefly for a release instead of sleeping (emulation):
+    /// whoever would ring its door bell leaves it, since the member is looking anyway.
+    pub spinning: AtomicU32,
     /// Times the member's kernel wait returned.
     pub wakeups: AtomicU64,
     /// Events handed to the member's caller.
@@ -79,6 +82,18 @@ pub(crate) struct SourceSlot {
     pub watcher: AtomicU32,
     /// Where the line starts: the next leader is the first idle member from here on.
     pub line_head: AtomicU32,
+    /// The idle member after the leader in line, woken early so that it is awake (spinning)
+    /// when the token reaches it; NONE if there is none. A hint: nothing depends on it (and so
+    /// a plain atomic, outside the model checker's view, like the two timings below).
+    pub deputy: std::sync::atomic::AtomicU32,
+    /// When the holder claimed the last event (monotonic nanoseconds).
+    pub claimed_at: std::sync::atomic::AtomicU64,
+    /// How long holders have kept events lately (a moving average, nanoseconds).
+    pub hold_ns: std::sync::atomic::AtomicU64,
+    /// How often the source was ready at once when a leader started watching it (a moving
+    /// average, 0 to 1024): a backlog. With a backlog and quick holders it pays for the next
+    /// leaders to spin for their turn rather than sleep (see `Token::spinning_pays`).
+    pub ready_on_arm: std::sync::atomic::AtomicU32,
     /// Which members have registered this source (bit n: member n).
     pub members: [AtomicU64; MEMBER_WORDS],
 }
@@ -226,6 +241,10 @@ impl Memory {
                 leader: zero32(),
                 watcher: zero32(),
                 line_head: zero32(),
+                deputy: std::sync::atomic::AtomicU32::new(NONE),
+                claimed_at: std::sync::atomic::AtomicU64::new(0),
+                hold_ns: std::sync::atomic::AtomicU64::new(0),
+                ready_on_arm: std::sync::atomic::AtomicU32::new(0),
                 members: std::array::from_fn(|_| zero64()),
             }),
         };
@@ -235,6 +254,7 @@ impl Memory {
                 pid: zero32(),
                 notified: zero32(),
                 generation: zero32(),
+                spinning: zero32(),
                 wakeups: zero64(),
                 events: zero64(),
                 empty_wakeups: zero64(),
@@ -266,6 +286,7 @@ impl SharedState {
             for f in [&s.holder, &s.leader, &s.watcher] {
                 f.store(NONE, SeqCst);
             }
+            s.deputy.store(NONE, SeqCst);
         }
         Ok(shared)
     }

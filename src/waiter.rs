@@ -212,7 +212,7 @@ impl Waiter {
     }
 
     fn check_process(&self) -> Result<()> {
-        let current_pid = std::process::id();
+        let current_pid = crate::pid::current();
         if current_pid != self.pid {
             return Err(Error::ForkedWaiter {
                 joined_pid: self.pid,

@@ -8,10 +8,14 @@
 //! member killed mid-run is cleared out by another (see `crate::liveness`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
-//! the leader its holder → `pass` hands the token to the next idle member (rung only if there is
-//! something for it to watch) → the event goes to the caller, who reads and calls `consumed`
-//! (or comes back to `wait`) → `release` rings the new leader, whose `sync` watches the
-//! descriptor again.
+//! the leader its holder → `pass` hands the token to the next idle member → the event goes to
+//! the caller, who reads and calls `consumed` (or comes back to `wait`) → `release` lets the new
+//! leader watch: its `sync` puts the descriptor in its poller again.
+//!
+//! The new leader learns of its turn in one of two ways. When holders have been consuming
+//! quickly, `pass` rings it (and the member after it, the deputy) at once, and it spins for the
+//! release instead of sleeping, so the hand-off costs no kernel wake-up on the critical path.
+//! Otherwise `release` rings it.
 
 mod doorbell;
 mod token;
@@ -29,6 +33,9 @@ use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::shared::state;
 use doorbell::Doorbells;
 use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
+
+/// How long a leader spins for the holder's release before it sleeps in its poller.
+const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 
 /// The poller key of the member's door bell.
 const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
@@ -101,6 +108,8 @@ pub(crate) struct EmulatedWaiter {
     sources: Vec<usize>,
     raw_events: polling::Events,
     candidates: Vec<Candidate>,
+    /// `sync`'s list of poller changes, kept to save an allocation per wait.
+    changes: Vec<(RawSource, bool)>,
 }
 
 impl EmulatedWaiter {
@@ -135,6 +144,7 @@ impl EmulatedWaiter {
             sources: Vec::new(),
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
+            changes: Vec::new(),
         })
     }
 
@@ -241,11 +251,22 @@ impl EmulatedWaiter {
         });
     }
 
+    /// After a look at sources it just started watching: were they ready at once?
+    fn note_backlog(&self, tk: &Token<'_>) {
+        for (&fd, reg) in &self.registrations {
+            let Some(s) = reg.source else { continue };
+            if reg.in_poller {
+                let ready = self.raw_events.iter().any(|ev| ev.key == fd as usize);
+                tk.note_ready_on_arm(s, ready);
+            }
+        }
+    }
+
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
-    /// it leads whose last event has been consumed.
-    fn sync(&mut self, tk: &Token<'_>) -> Result<()> {
+    /// it leads whose last event has been consumed. Returns whether it added any.
+    fn sync(&mut self, tk: &Token<'_>) -> Result<bool> {
         let me = self.me;
-        let mut changes = Vec::new();
+        let mut changes = std::mem::take(&mut self.changes);
         for (&fd, reg) in &self.registrations {
             let Some(s) = reg.source else { continue };
             let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
@@ -253,7 +274,16 @@ impl EmulatedWaiter {
                 changes.push((fd, want));
             }
         }
-        for (fd, want) in changes {
+        let result = self.apply(tk, &changes);
+        changes.clear();
+        self.changes = changes;
+        result
+    }
+
+    /// Adds to or deletes from the poller, as `sync` found needed; returns whether it added any.
+    fn apply(&mut self, tk: &Token<'_>, changes: &[(RawSource, bool)]) -> Result<bool> {
+        let mut added = false;
+        for &(fd, want) in changes {
             let interest = self.registrations[&fd].interest;
             if want {
                 match self.poller_add(fd, interest) {
@@ -271,8 +301,9 @@ impl EmulatedWaiter {
             if let Some(reg) = self.registrations.get_mut(&fd) {
                 reg.in_poller = want;
             }
+            added |= want;
         }
-        Ok(())
+        Ok(added)
     }
 
     /// Forgets a registration (deleted, or its descriptor closed): out of the poller, out of its
@@ -306,8 +337,7 @@ impl EmulatedWaiter {
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Coming back to wait: what was handed out last time has been consumed.
-        let held: Vec<usize> = self.holding.drain(..).map(|(s, _)| s).collect();
-        for s in held {
+        while let Some((s, _)) = self.holding.pop() {
             tk.release(s, me);
         }
         slot.state.store(state::IDLE, SeqCst);
@@ -339,7 +369,9 @@ impl EmulatedWaiter {
                     tk.volunteer(s, me);
                 }
             }
-            self.sync(tk)?;
+            // Just started watching a source: look once without sleeping, to learn whether
+            // it has a backlog (see `Token::spinning_pays`).
+            let probe = self.sync(tk)?;
             let must_check = self.sources.iter().any(|&s| tk.must_check(s, me));
             let sweep = !self.sources.is_empty() && tk.shared.spans_processes();
             let check_every = match (must_check, sweep) {
@@ -352,10 +384,27 @@ impl EmulatedWaiter {
                 (Some(l), Some(c)) => Some(l.min(c)),
                 (l, c) => l.or(c),
             };
+            if self.spin_for_release(tk) {
+                if slot.notified.swap(0, SeqCst) != 0 {
+                    slot.wakeups.fetch_add(1, SeqCst);
+                    return Ok(0);
+                }
+                continue;
+            }
+            let poll_timeout = match probe {
+                true => Some(Duration::ZERO),
+                false => poll_timeout,
+            };
             self.raw_events.clear();
             self.poller
                 .wait(&mut self.raw_events, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
+            if probe {
+                self.note_backlog(tk);
+                if self.raw_events.is_empty() {
+                    continue; // nothing yet: now sleep until there is
+                }
+            }
             if self.raw_events.is_empty() {
                 if check_every.is_some() {
                     for &s in &self.sources {
@@ -393,6 +442,45 @@ impl EmulatedWaiter {
                 slot.token_wakeups.fetch_add(1, SeqCst);
             }
         }
+    }
+
+    /// A leader whose source is still held, or the deputy next in line, spins (yielding the
+    /// CPU) for its turn, up to `SPIN_FOR_RELEASE`, instead of sleeping, when holders have been
+    /// quick lately: the holder usually consumes within microseconds, while a member asleep
+    /// costs a kernel wake-up on the critical path (on a virtual machine, tens of microseconds
+    /// when its CPU has gone idle). Door bells for a spinning member are left unrung (see
+    /// `Token::wake`). Returns whether the state changed (loop again) rather than timed out.
+    fn spin_for_release(&self, tk: &Token<'_>) -> bool {
+        if cfg!(loom) {
+            return false; // the model checker sees the protocol without spinning
+        }
+        let me = self.me;
+        let slot = tk.shared.member(me);
+        let waiting = |tk: &Token<'_>| {
+            self.sources
+                .iter()
+                .any(|&s| tk.about_to_watch(s, me) && tk.spinning_pays(s))
+        };
+        let changed = |tk: &Token<'_>| {
+            slot.notified.load(SeqCst) != 0
+                || self
+                    .sources
+                    .iter()
+                    .any(|&s| tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s))
+        };
+        if !waiting(tk) {
+            return false;
+        }
+        slot.spinning.store(1, SeqCst);
+        let until = Instant::now() + SPIN_FOR_RELEASE;
+        let mut spun = false;
+        while !spun && Instant::now() < until {
+            std::thread::yield_now();
+            spun = changed(tk) || !waiting(tk);
+        }
+        slot.spinning.store(0, SeqCst);
+        // A bell left unrung while we spun: its cause is in the shared state, read it again.
+        spun || changed(tk)
     }
 
     /// Turns the poller's events into candidates in turn order; returns whether the bell rang.
@@ -633,7 +721,7 @@ impl EmulatedNotifier {
             return Ok(()); // the member left: there is nobody to wake
         }
         slot.notified.store(1, SeqCst);
-        token(&self.group).bells.ring(self.member);
+        token(&self.group).wake(self.member);
         Ok(())
     }
 }

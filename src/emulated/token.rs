@@ -19,6 +19,12 @@
 //! and then stores the leader, and re-checks after; a member releasing a source stores the
 //! holder then loads the leader, while a new leader stores itself then loads the holder.
 //!
+//! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings the new leader
+//! and its *deputy* (the next idle member after it) at once, and they spin for their turn instead
+//! of sleeping. A third store-then-load pair keeps a ring from being lost: a spinning member's
+//! bell is left unrung (`wake`), and the member stores "not spinning" before it reads the
+//! shared state one last time and sleeps. The deputy and the hold timings are hints only.
+//!
 //! Liveness: a dead leader or holder is noticed by the member that last passed the token (the
 //! *watcher*) or by the leader, which then wait with a short timeout, but only when the member
 //! they depend on is in another process; threads of one process never poll.
@@ -32,6 +38,9 @@ use crate::shared::{state, SharedState, SourceSlot, NONE};
 
 /// How often a member that depends on another process checks that it is alive.
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
+/// Holds shorter than this on average let the next leaders spin for the release (see
+/// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.
+pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
 /// How often every idle member of a group that spans processes wakes to look for a dead
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
@@ -47,6 +56,60 @@ pub(crate) struct Token<'a> {
 impl Token<'_> {
     fn source(&self, s: usize) -> &SourceSlot {
         self.shared.source(s)
+    }
+
+    /// Wakes member `m` through its door bell, unless it is spinning for a release: then it
+    /// looks at the shared state itself (the caller stored what changed before calling, and the
+    /// member re-reads the state after it stops spinning, so nothing is missed).
+    pub(crate) fn wake(&self, m: u32) {
+        if self.shared.member(m).spinning.load(SeqCst) == 0 {
+            self.bells.ring(m);
+        }
+    }
+
+    /// Is `me` about to watch `s`: the leader waiting for the holder to consume the last event,
+    /// or the deputy of a leader?
+    pub(crate) fn about_to_watch(&self, s: usize, me: u32) -> bool {
+        let src = self.source(s);
+        let leader = src.leader.load(SeqCst);
+        (leader == me && src.holder.load(SeqCst) != NONE)
+            || (leader != me && leader != NONE && src.deputy.load(SeqCst) == me)
+    }
+
+    /// Names and wakes the deputy of `s`: the next idle member after `leader` in line.
+    /// (Not under the model checker, where nobody spins.)
+    fn appoint_deputy(&self, s: usize, leader: u32) {
+        if cfg!(loom) {
+            return;
+        }
+        let high = self.shared.high().max(1);
+        let deputy = self.next_idle(s, leader, Some((leader + 1) % high));
+        let deputy = deputy.unwrap_or(NONE);
+        if self.source(s).deputy.swap(deputy, SeqCst) != deputy && deputy != NONE {
+            self.wake(deputy);
+        }
+    }
+
+    /// Does it pay for the next leaders of `s` to be woken early and spin for their turn? Only
+    /// when there is a backlog (the source has lately been ready at once when a leader started
+    /// watching it) and holders consume quickly (well within the spin). Otherwise a spinner
+    /// would only burn its CPU and sleep anyway, so the next leader is rung at the release.
+    pub(crate) fn spinning_pays(&self, s: usize) -> bool {
+        let src = self.source(s);
+        !cfg!(loom)
+            && src.ready_on_arm.load(SeqCst) > 512
+            && src.hold_ns.load(SeqCst) < SHORT_HOLD.as_nanos() as u64
+    }
+
+    /// The leader of `s` started watching it and found it `ready` at once, or not.
+    pub(crate) fn note_ready_on_arm(&self, s: usize, ready: bool) {
+        let src = self.source(s);
+        let average = src.ready_on_arm.load(SeqCst);
+        let average = match ready {
+            true => average + (1024 - average) / 8,
+            false => average - average / 8,
+        };
+        src.ready_on_arm.store(average, SeqCst);
     }
 
     /// Position of member `m` in the line of source `s` (0 = first).
@@ -86,7 +149,7 @@ impl Token<'_> {
                     // The old leader still watches `s`: wake it so it stops; it also becomes
                     // the one who checks that `me` stays alive.
                     src.watcher.store(leader, SeqCst);
-                    self.bells.ring(leader);
+                    self.wake(leader);
                 } else {
                     self.appoint_watcher(s, me);
                 }
@@ -110,7 +173,7 @@ impl Token<'_> {
         });
         if let Some(w) = watcher {
             src.watcher.store(w, SeqCst);
-            self.bells.ring(w);
+            self.wake(w);
         }
     }
 
@@ -161,7 +224,13 @@ impl Token<'_> {
                     }
                     src.watcher.store(from, SeqCst);
                     if self.needs_watch(s) {
-                        self.bells.ring(next);
+                        self.wake(next);
+                    } else if self.spinning_pays(s) {
+                        // Rung while the holder still handles the event: the new leader wakes
+                        // meanwhile and spins for the release (see `EmulatedWaiter`), and so
+                        // does its deputy, for its turn after.
+                        self.wake(next);
+                        self.appoint_deputy(s, next);
                     }
                     if self.shared.member(next).state.load(SeqCst) == state::IDLE {
                         return;
@@ -185,7 +254,7 @@ impl Token<'_> {
                                 .is_ok() =>
                         {
                             src.watcher.store(from, SeqCst);
-                            self.bells.ring(next);
+                            self.wake(next);
                             if self.shared.member(next).state.load(SeqCst) == state::IDLE {
                                 return;
                             }
@@ -200,10 +269,15 @@ impl Token<'_> {
 
     /// `me`, the leader, saw `s` ready: claims its event. False if another member holds it.
     pub(crate) fn claim(&self, s: usize, me: u32) -> bool {
-        self.source(s)
+        let src = self.source(s);
+        let won = src
             .holder
             .compare_exchange(NONE, me, SeqCst, SeqCst)
-            .is_ok()
+            .is_ok();
+        if won {
+            src.claimed_at.store(monotonic_ns(), SeqCst);
+        }
+        won
     }
 
     /// After `handed` events of a source since it last went to the back of the line, is it
@@ -215,6 +289,13 @@ impl Token<'_> {
     /// `me` consumed the readiness of `s`: the leader may watch it again.
     pub(crate) fn release(&self, s: usize, me: u32) {
         let src = self.source(s);
+        if src.holder.load(SeqCst) == me {
+            // A moving average over the last few holds (1/8 weight); a hint, so races between
+            // holders of one source only blur it.
+            let held = monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst));
+            let average = src.hold_ns.load(SeqCst);
+            src.hold_ns.store(average - average / 8 + held / 8, SeqCst);
+        }
         if src
             .holder
             .compare_exchange(me, NONE, SeqCst, SeqCst)
@@ -224,7 +305,7 @@ impl Token<'_> {
         }
         let leader = src.leader.load(SeqCst);
         if leader != NONE && leader != me {
-            self.bells.ring(leader);
+            self.wake(leader);
         }
     }
 
@@ -233,7 +314,7 @@ impl Token<'_> {
     fn dependency(&self, s: usize, me: u32) -> Option<u32> {
         let src = self.source(s);
         let other = |m: u32| {
-            m != NONE && m != me && self.shared.member(m).pid.load(SeqCst) != std::process::id()
+            m != NONE && m != me && self.shared.member(m).pid.load(SeqCst) != crate::pid::current()
         };
         let leader = src.leader.load(SeqCst);
         let holder = src.holder.load(SeqCst);
@@ -319,6 +400,26 @@ impl Token<'_> {
         }
         slot.state.store(state::DEAD, SeqCst);
     }
+}
+
+/// Monotonic nanoseconds, comparable across the processes of a group.
+#[cfg(unix)]
+fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a pointer to a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Monotonic nanoseconds since this process first asked (groups span threads only here).
+#[cfg(not(unix))]
+fn monotonic_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 /// The protocol under the model checker: every interleaving of two or three members' steps.

@@ -538,6 +538,37 @@ mod model {
         });
     }
 
+    /// The holder releases while the leader spins for that release and then gives up: the
+    /// leader either sees the release (while spinning, or in its last look after it stopped)
+    /// or its bell rings, so it never sleeps on a free source nobody watches.
+    #[test]
+    fn release_while_the_leader_stops_spinning() {
+        loom::model(|| {
+            let w = World::new(2);
+            let (holder, leader) = (0, 1);
+            w.set_state(leader, state::IDLE);
+            w.shared.source(0).leader.store(leader, SeqCst);
+            w.shared.source(0).holder.store(holder, SeqCst);
+            let release = {
+                let w = w.clone();
+                thread::spawn(move || w.token().release(0, holder))
+            };
+            let w2 = w.clone();
+            let saw_free = thread::spawn(move || {
+                // `EmulatedWaiter::spin_for_release`, one look while spinning, then the last.
+                let slot = w2.shared.member(leader);
+                slot.spinning.store(1, SeqCst);
+                let spun = w2.token().needs_watch(0);
+                slot.spinning.store(0, SeqCst);
+                spun || w2.token().needs_watch(0)
+            })
+            .join()
+            .unwrap();
+            release.join().unwrap();
+            assert!(saw_free || w.bells.is_rung(leader), "a lost release");
+        });
+    }
+
     /// The token is passed to a member that is going busy at that moment: it does not stay
     /// with a busy member (here nobody is idle, so nobody leads).
     #[test]

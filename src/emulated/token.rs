@@ -19,9 +19,9 @@
 //! and then stores the leader, and re-checks after; a member releasing a source stores the
 //! holder then loads the leader, while a new leader stores itself then loads the holder.
 //!
-//! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings the new leader
-//! and its *deputy* (the next idle member after it) at once, and they spin for their turn instead
-//! of sleeping. A third store-then-load pair keeps a ring from being lost: a spinning member's
+//! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
+//! the new leader at once and names its *deputy* (the next idle member after it), rung by the
+//! holder's `release`; both spin for their turn instead of sleeping. A third store-then-load pair keeps a ring from being lost: a spinning member's
 //! bell is left unrung (`wake`), and the member stores "not spinning" before it reads the
 //! shared state one last time and sleeps. The deputy and the hold timings are hints only.
 //!
@@ -76,18 +76,17 @@ impl Token<'_> {
             || (leader != me && leader != NONE && src.deputy.load(SeqCst) == me)
     }
 
-    /// Names and wakes the deputy of `s`: the next idle member after `leader` in line.
-    /// (Not under the model checker, where nobody spins.)
-    fn appoint_deputy(&self, s: usize, leader: u32) {
+    /// Names the deputy of `s`: the next idle member after `leader` in line. It is rung at the
+    /// next `release`, after the holder is done, so the ring (a system call, and an inter-CPU
+    /// interrupt) is off the hand-off's critical path. (Not under the model checker, where
+    /// nobody spins.)
+    fn name_deputy(&self, s: usize, leader: u32) {
         if cfg!(loom) {
             return;
         }
         let high = self.shared.high().max(1);
         let deputy = self.next_idle(s, leader, Some((leader + 1) % high));
-        let deputy = deputy.unwrap_or(NONE);
-        if self.source(s).deputy.swap(deputy, SeqCst) != deputy && deputy != NONE {
-            self.wake(deputy);
-        }
+        self.source(s).deputy.store(deputy.unwrap_or(NONE), SeqCst);
     }
 
     /// Does it pay for the next leaders of `s` to be woken early and spin for their turn? Only
@@ -227,10 +226,12 @@ impl Token<'_> {
                         self.wake(next);
                     } else if self.spinning_pays(s) {
                         // Rung while the holder still handles the event: the new leader wakes
-                        // meanwhile and spins for the release (see `EmulatedWaiter`), and so
-                        // does its deputy, for its turn after.
+                        // meanwhile and spins for the release (see `EmulatedWaiter`); usually
+                        // it is awake already, as the last deputy. Its own deputy is next.
                         self.wake(next);
-                        self.appoint_deputy(s, next);
+                        self.name_deputy(s, next);
+                    } else {
+                        src.deputy.store(NONE, SeqCst);
                     }
                     if self.shared.member(next).state.load(SeqCst) == state::IDLE {
                         return;
@@ -306,6 +307,10 @@ impl Token<'_> {
         let leader = src.leader.load(SeqCst);
         if leader != NONE && leader != me {
             self.wake(leader);
+        }
+        let deputy = src.deputy.load(SeqCst);
+        if deputy != NONE && deputy != leader && deputy != me {
+            self.wake(deputy);
         }
     }
 

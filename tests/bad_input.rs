@@ -48,10 +48,24 @@ fn refusals_are_typed_and_harmless(backend: Backend) {
         assert!(!io.to_string().is_empty());
         eprintln!("{backend:?} {what}: {text}");
     };
-    // A descriptor number that is not open.
+    // A descriptor number that was open and is closed now. Moved high first: other tests of
+    // this process open descriptors meanwhile, and they get the lowest free numbers.
     let closed = {
         let (r, _w) = pipe();
-        r.as_raw_fd()
+        // SAFETY: rlimit is plain data, filled by getrlimit.
+        let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid resource and a pointer to a live rlimit.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        let near_top = limit.rlim_cur.min(1 << 20).saturating_sub(16) as libc::c_int;
+        // SAFETY: duplicates our own open descriptor; the copy is closed right away below.
+        let high = unsafe { libc::fcntl(r.as_raw_fd(), libc::F_DUPFD_CLOEXEC, near_top) };
+        assert!(high >= 0, "F_DUPFD: {}", std::io::Error::last_os_error());
+        // SAFETY: closes the copy we just made and nothing else holds.
+        unsafe { libc::close(high) };
+        high
     };
     // SAFETY: deliberately names a closed descriptor; herdless must refuse it.
     let closed = unsafe { BorrowedFd::borrow_raw(closed) };

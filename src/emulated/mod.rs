@@ -12,10 +12,10 @@
 //! the caller, who reads and calls `consumed` (or comes back to `wait`) → `release` lets the new
 //! leader watch: its `sync` puts the descriptor in its poller again.
 //!
-//! The new leader learns of its turn in one of two ways. When holders have been consuming
-//! quickly, `pass` rings it (and the member after it, the deputy) at once, and it spins for the
-//! release instead of sleeping, so the hand-off costs no kernel wake-up on the critical path.
-//! Otherwise `release` rings it.
+//! The new leader learns of its turn in one of two ways. Under a backlog with quick holders,
+//! `pass` rings it at once and names the member after it (the deputy, which `release` rings),
+//! and both spin for their turn instead of sleeping, so the hand-off puts no kernel wake-up on
+//! the critical path. Otherwise `release` rings the new leader.
 
 mod doorbell;
 mod token;
@@ -34,7 +34,7 @@ use crate::shared::state;
 use doorbell::Doorbells;
 use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
 
-/// How long a leader spins for the holder's release before it sleeps in its poller.
+/// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 
 /// The poller key of the member's door bell.
@@ -445,8 +445,8 @@ impl EmulatedWaiter {
     }
 
     /// A leader whose source is still held, or the deputy next in line, spins (yielding the
-    /// CPU) for its turn, up to `SPIN_FOR_RELEASE`, instead of sleeping, when holders have been
-    /// quick lately: the holder usually consumes within microseconds, while a member asleep
+    /// CPU) for its turn, up to `SPIN_FOR_RELEASE`, instead of sleeping, under a backlog with
+    /// quick holders: the holder then consumes within microseconds, while a member asleep
     /// costs a kernel wake-up on the critical path (on a virtual machine, tens of microseconds
     /// when its CPU has gone idle). Door bells for a spinning member are left unrung (see
     /// `Token::wake`). Returns whether the state changed (loop again) rather than timed out.

@@ -20,10 +20,11 @@
 //! holder then loads the leader, while a new leader stores itself then loads the holder.
 //!
 //! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
-//! the new leader at once and names its *deputy* (the next idle member after it), rung by the
-//! holder's `release`; both spin for their turn instead of sleeping. A third store-then-load pair keeps a ring from being lost: a spinning member's
-//! bell is left unrung (`wake`), and the member stores "not spinning" before it reads the
-//! shared state one last time and sleeps. The deputy and the hold timings are hints only.
+//! the new leader at once and names its *deputy* (the next idle member after it), which the
+//! holder's `release` rings; both spin for their turn instead of sleeping. A third
+//! store-then-load pair keeps a ring from being lost: a spinning member's bell is left unrung
+//! (`wake`), and the member stores "not spinning" before it reads the shared state one last time
+//! and sleeps. The deputy and the timings are hints only.
 //!
 //! Liveness: a dead leader or holder is noticed by the member that last passed the token (the
 //! *watcher*) or by the leader, which then wait with a short timeout, but only when the member
@@ -58,7 +59,7 @@ impl Token<'_> {
         self.shared.source(s)
     }
 
-    /// Wakes member `m` through its door bell, unless it is spinning for a release: then it
+    /// Wakes member `m` through its door bell, unless it is spinning for its turn: then it
     /// looks at the shared state itself (the caller stored what changed before calling, and the
     /// member re-reads the state after it stops spinning, so nothing is missed).
     pub(crate) fn wake(&self, m: u32) {

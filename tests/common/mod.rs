@@ -255,6 +255,33 @@ impl Turns {
 
     /// Members are threads, joined and registered in order by the test thread.
     pub fn threads(&self) -> Outcome {
+        self.run_threads(|tx, acks| {
+            for i in 0..self.messages {
+                write_msg(tx, i);
+                acks.recv().unwrap();
+                if let Some(gap) = self.gap {
+                    std::thread::sleep(gap);
+                }
+            }
+        })
+    }
+
+    /// As `threads`, but the producer writes every message at once (a backlog: the pipe holds
+    /// them all), then waits until all were read.
+    pub fn threads_backlog(&self) -> Outcome {
+        self.run_threads(|tx, acks| {
+            for i in 0..self.messages {
+                write_msg(tx, i);
+            }
+            for _ in 0..self.messages {
+                acks.recv().unwrap();
+            }
+        })
+    }
+
+    /// Starts the member threads, waits until all sleep in the kernel, runs `produce` (given
+    /// the pipe's write end and the members' acknowledgements), then hangs up and collects.
+    fn run_threads(&self, produce: impl FnOnce(RawFd, &std::sync::mpsc::Receiver<u64>)) -> Outcome {
         use std::sync::mpsc;
         let group = self.group();
         let (rx, tx) = pipe();
@@ -282,13 +309,7 @@ impl Turns {
             .collect();
         let tids: Vec<i32> = (0..self.members).map(|_| tid_rx.recv().unwrap()).collect();
         until_asleep(std::process::id(), &tids);
-        for i in 0..self.messages {
-            write_msg(tx.as_raw_fd(), i);
-            ack_rx.recv().unwrap();
-            if let Some(gap) = self.gap {
-                std::thread::sleep(gap);
-            }
-        }
+        produce(tx.as_raw_fd(), &ack_rx);
         drop(tx); // EOF: every member stops
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         drop(rx);

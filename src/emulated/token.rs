@@ -474,6 +474,20 @@ mod model {
         fn leader(&self) -> u32 {
             self.shared.source(0).leader.load(SeqCst)
         }
+        /// `leader` (idle) leads source 0 while `holder` still holds its last event.
+        fn led_while_held(members: u32, holder: u32, leader: u32) -> Arc<World> {
+            let w = World::new(members);
+            w.set_state(leader, state::IDLE);
+            w.shared.source(0).leader.store(leader, SeqCst);
+            w.shared.source(0).holder.store(holder, SeqCst);
+            w
+        }
+    }
+
+    /// `holder` releases source 0 of `w` on another thread.
+    fn spawn_release(w: &Arc<World>, holder: u32) -> thread::JoinHandle<()> {
+        let w = w.clone();
+        thread::spawn(move || w.token().release(0, holder))
     }
 
     /// The leader goes busy while another member comes back to wait: the token ends with the
@@ -509,16 +523,10 @@ mod model {
     #[test]
     fn release_while_the_token_moves() {
         loom::model(|| {
-            let w = World::new(3);
             let (holder, leader, next) = (0, 1, 2);
-            w.set_state(leader, state::IDLE);
+            let w = World::led_while_held(3, holder, leader);
             w.set_state(next, state::IDLE);
-            w.shared.source(0).leader.store(leader, SeqCst);
-            w.shared.source(0).holder.store(holder, SeqCst);
-            let release = {
-                let w = w.clone();
-                thread::spawn(move || w.token().release(0, holder))
-            };
+            let release = spawn_release(&w, holder);
             let pass = {
                 let w = w.clone();
                 thread::spawn(move || {
@@ -550,15 +558,9 @@ mod model {
     #[test]
     fn release_while_the_leader_stops_spinning() {
         loom::model(|| {
-            let w = World::new(2);
             let (holder, leader) = (0, 1);
-            w.set_state(leader, state::IDLE);
-            w.shared.source(0).leader.store(leader, SeqCst);
-            w.shared.source(0).holder.store(holder, SeqCst);
-            let release = {
-                let w = w.clone();
-                thread::spawn(move || w.token().release(0, holder))
-            };
+            let w = World::led_while_held(2, holder, leader);
+            let release = spawn_release(&w, holder);
             let w2 = w.clone();
             let saw_free = thread::spawn(move || {
                 // `EmulatedWaiter::spin_for_release`, one look while spinning, then the last.

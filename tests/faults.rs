@@ -28,12 +28,13 @@ fn survive(backend: Backend, what: &str, faults: &[Kill]) {
     }
 }
 
+/// One member killed: the `victim` kind, when message `at` is read.
+fn one_kill(backend: Backend, what: &str, at: u64, victim: Victim) {
+    survive(backend, what, &[Kill { at, victim }]);
+}
+
 fn member_killed_while_idle(backend: Backend) {
-    let kill = Kill {
-        at: 300,
-        victim: Victim::Idle,
-    };
-    survive(backend, "idle member killed at 300", &[kill]);
+    one_kill(backend, "idle member killed at 300", 300, Victim::Idle);
 }
 
 fn token_holder_killed(backend: Backend) {
@@ -41,27 +42,26 @@ fn token_holder_killed(backend: Backend) {
         eprintln!("SKIPPED for native: no token (the kernel's wait queue is the line)");
         return;
     }
-    let kill = Kill {
-        at: 400,
-        victim: Victim::TokenHolder,
-    };
-    survive(backend, "token holder killed at 400", &[kill]);
+    one_kill(
+        backend,
+        "token holder killed at 400",
+        400,
+        Victim::TokenHolder,
+    );
 }
 
 fn member_killed_while_handling(backend: Backend) {
-    let kill = Kill {
-        at: 200,
-        victim: Victim::Handling,
-    };
-    survive(backend, "member killed handling message 200", &[kill]);
+    one_kill(
+        backend,
+        "member killed handling message 200",
+        200,
+        Victim::Handling,
+    );
 }
 
 fn member_killed_before_consuming(backend: Backend) {
-    let kill = Kill {
-        at: 500,
-        victim: Victim::Claimed,
-    };
-    survive(backend, "member killed between read and consumed", &[kill]);
+    let what = "member killed between read and consumed";
+    one_kill(backend, what, 500, Victim::Claimed);
 }
 
 fn members_killed_again_and_again(backend: Backend) {

@@ -205,6 +205,15 @@ fn producer_hangup_stops_everyone(backend: Backend) {
     }
 }
 
+/// The waiter's next wait returns one event (bounded).
+fn assert_one_event(waiter: &mut herdless::Waiter) {
+    let mut events = Events::with_capacity(4);
+    let n = waiter
+        .wait(&mut events, Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
 /// All `Group` handles dropped: the members keep the group alive and keep working.
 fn waiter_outlives_its_group_handle(backend: Backend) {
     let group = Group::builder().backend(backend).build().unwrap();
@@ -213,13 +222,7 @@ fn waiter_outlives_its_group_handle(backend: Backend) {
     let (rx, tx) = pipe();
     waiter.add(&rx, 4, Interest::READABLE.exclusive()).unwrap();
     write_msg(tx.as_raw_fd(), 1);
-    let mut events = Events::with_capacity(4);
-    assert_eq!(
-        waiter
-            .wait(&mut events, Some(Duration::from_secs(10)))
-            .unwrap(),
-        1
-    );
+    assert_one_event(&mut waiter);
 }
 
 /// A Waiter carried into a forked child is refused there (it belongs to the parent's member),
@@ -241,8 +244,9 @@ fn waiter_in_a_forked_child_is_refused(backend: Backend) {
             waiter.add(&tx, 1, Interest::READABLE),
             Err(herdless::Error::ForkedWaiter { .. })
         );
-        drop(waiter); // must not make the parent's member leave
-                      // SAFETY: leaves the child at once.
+        // Dropping it must not make the parent's member leave.
+        drop(waiter);
+        // SAFETY: leaves the child at once.
         unsafe { libc::_exit(if refused { 0 } else { 1 }) };
     }
     let mut status = 0;
@@ -254,13 +258,7 @@ fn waiter_in_a_forked_child_is_refused(backend: Backend) {
     );
     assert!(group.stats()[0].alive);
     write_msg(tx.as_raw_fd(), 1);
-    let mut events = Events::with_capacity(4);
-    assert_eq!(
-        waiter
-            .wait(&mut events, Some(Duration::from_secs(10)))
-            .unwrap(),
-        1
-    );
+    assert_one_event(&mut waiter);
 }
 
 against_every_backend!(

@@ -356,6 +356,9 @@ impl SharedState {
                         c.store(0, SeqCst);
                     }
                     slot.notified.store(0, SeqCst);
+                    // A member killed while it spun leaves the flag set: its successor in the
+                    // slot must get its door bell rung.
+                    slot.spinning.store(0, SeqCst);
                     slot.generation.fetch_add(1, SeqCst);
                     slot.pid.store(pid, SeqCst);
                     self.header().high.fetch_max(i + 1, SeqCst);
@@ -393,5 +396,30 @@ impl SharedState {
 impl Drop for SharedState {
     fn drop(&mut self) {
         self.memory.free(self.capacity);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A slot is claimed clean: a member that died while it spun must not leave its
+    /// successor's door bell silenced, nor a notification behind.
+    #[test]
+    fn a_reclaimed_slot_starts_clean() {
+        let shared = SharedState::new(1).unwrap();
+        let m = shared.claim_slot(1).unwrap();
+        let slot = shared.member(m);
+        slot.spinning.store(1, SeqCst);
+        slot.notified.store(1, SeqCst);
+        slot.state.store(state::DEAD, SeqCst);
+        assert_eq!(
+            shared.claim_slot(2).unwrap(),
+            m,
+            "the dead member's slot is reused"
+        );
+        assert_eq!(slot.spinning.load(SeqCst), 0);
+        assert_eq!(slot.notified.load(SeqCst), 0);
+        assert_eq!(slot.pid.load(SeqCst), 2);
     }
 }

@@ -4,9 +4,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use herdless::{Backend, Events, Group, Interest};
+use common::wait_keys;
+use herdless::{Backend, Group, Interest};
 use nix::mqueue::{mq_open, mq_receive, mq_send, mq_unlink, MQ_OFlag, MqAttr};
 use nix::sys::stat::Mode;
 
@@ -36,15 +35,9 @@ fn messages_go_one_to_each(backend: Backend) {
             w
         })
         .collect();
-    let mut events = Events::with_capacity(4);
     for (i, waiter) in waiters.iter_mut().enumerate() {
         mq_send(&mq, &(i as u64).to_ne_bytes(), 0).unwrap();
-        assert_eq!(
-            waiter
-                .wait(&mut events, Some(Duration::from_secs(10)))
-                .unwrap(),
-            1
-        );
+        assert_eq!(wait_keys(waiter, 4).len(), 1);
         let mut buf = [0u8; 8];
         assert_eq!(mq_receive(&mq, &mut buf, &mut 0).unwrap(), 8);
         assert_eq!(u64::from_ne_bytes(buf), i as u64);

@@ -5,18 +5,12 @@
 mod common;
 
 use std::os::fd::AsRawFd;
-use std::time::Duration;
 
 use common::*;
-use herdless::{Backend, Error, Events, Group, Interest};
+use herdless::{Backend, Error, Group, Interest};
 
 fn next_key(waiter: &mut herdless::Waiter) -> Option<usize> {
-    let mut events = Events::with_capacity(4);
-    waiter
-        .wait(&mut events, Some(Duration::from_secs(10)))
-        .unwrap();
-    let key = events.iter().next().map(|e| e.key);
-    key
+    wait_keys(waiter, 4).first().copied()
 }
 
 fn modify_exclusive_registration(backend: Backend) {

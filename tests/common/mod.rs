@@ -9,6 +9,18 @@ use std::time::{Duration, Instant};
 
 use herdless::{Backend, Group};
 
+/// The bound on a wait a test expects to return: never reached by a working group, and a hang
+/// fails the test instead of stalling it.
+pub const WAIT_BOUND: Duration = Duration::from_secs(10);
+
+/// One `wait` of at most `WAIT_BOUND` with room for `capacity` events: the events' keys.
+pub fn wait_keys(waiter: &mut herdless::Waiter, capacity: usize) -> Vec<usize> {
+    let mut events = herdless::Events::with_capacity(capacity);
+    let n = waiter.wait(&mut events, Some(WAIT_BOUND)).unwrap();
+    assert_eq!(n, events.len(), "wait's count and its events disagree");
+    events.iter().map(|e| e.key).collect()
+}
+
 /// Runs each listed behaviour `fn name(backend: Backend)` once per backend:
 /// `native::name` and `emulated::name`.
 #[macro_export]

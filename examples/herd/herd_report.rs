@@ -89,6 +89,8 @@ struct JsonFile<'a> {
 /// Everything one comparison measured.
 pub struct Report {
     processes: bool,
+    /// Print every column (`--wide`).
+    wide: bool,
     work_us: u64,
     requested: u64,
     rows: Vec<JsonRow>,
@@ -97,9 +99,16 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(outcomes: Vec<Outcome>, requested: u64, processes: bool, work_us: u64) -> Report {
+    pub fn new(
+        outcomes: Vec<Outcome>,
+        requested: u64,
+        processes: bool,
+        work_us: u64,
+        wide: bool,
+    ) -> Report {
         let mut report = Report {
             processes,
+            wide,
             work_us,
             requested,
             rows: Vec::new(),
@@ -165,8 +174,14 @@ impl Report {
         report
     }
 
-    pub fn any_failed(&self) -> bool {
-        self.missing.iter().any(|m| m.available)
+    /// Rows that ran and were measured.
+    pub fn measured_rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Rows that did not run: not available here, or failed.
+    pub fn missing_rows(&self) -> usize {
+        self.missing.len()
     }
 
     /// The figure of the smallest waiter count of the same workload and mode.
@@ -204,6 +219,7 @@ impl Report {
             "Jain",
             "µs/msg vs smallest W",
         ];
+        let header = header.as_slice();
         let mut table: Vec<Vec<String>> = Vec::new();
         let (mut capped, mut timed) = (false, false);
         for line in &self.lines {
@@ -254,7 +270,7 @@ impl Report {
             let what = if m.available {
                 format!("FAILED: {}", m.reason)
             } else {
-                format!("not available: {}", m.reason)
+                format!("not available: {} (DID NOT RUN)", m.reason)
             };
             let mut row = vec![
                 m.workload.to_string(),
@@ -265,7 +281,31 @@ impl Report {
             row.resize(header.len(), String::new());
             table.push(row);
         }
+        // The default table keeps what tells the story; --wide adds the raw counts.
+        const WIDE_ONLY: [&str; 4] = ["messages", "seconds", "msg/s", "max−min"];
+        let keep: Vec<usize> = (0..header.len())
+            .filter(|&i| self.wide || !WIDE_ONLY.contains(&header[i]))
+            .collect();
+        let header: Vec<&str> = keep.iter().map(|&i| header[i]).collect();
+        let table: Vec<Vec<String>> = table
+            .into_iter()
+            .map(
+                |row| match row[3].starts_with("not available") || row[3].starts_with("FAILED") {
+                    // A row that did not run keeps its reason in the fourth cell.
+                    true => {
+                        let mut r: Vec<String> = row[..3].to_vec();
+                        r.push(row[3].clone());
+                        r.resize(header.len(), String::new());
+                        r
+                    }
+                    false => keep.iter().map(|&i| row[i].clone()).collect(),
+                },
+            )
+            .collect();
         print_markdown(&header, &table);
+        if !self.wide {
+            println!("\n(--wide adds messages, seconds, msg/s and max−min.)");
+        }
         if capped {
             println!("\n\\* fewer messages than asked (--plain-cap): the herd makes each one cost hundreds of wake-ups; figures are per message.");
         }

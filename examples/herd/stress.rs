@@ -143,7 +143,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let row = match check(workload, mode, &args) {
                 Ok(row) => row,
                 Err(e) => {
-                    println!("{workload:<5} {:<19} DID NOT RUN: {e}", mode.name());
+                    println!(
+                        "{:<5} {:<19} DID NOT RUN: {e}",
+                        workload.name(),
+                        mode.name()
+                    );
                     not_run += 1;
                     continue;
                 }

@@ -206,7 +206,7 @@ fn validate(args: &Args) -> Result<(), String> {
     if args.modes.is_empty() {
         return Err("--modes: give at least one mode".into());
     }
-    if !(args.time_cap > 0.0) {
+    if args.time_cap.is_nan() || args.time_cap <= 0.0 {
         return Err(format!(
             "--time-cap {}: must be above 0 seconds",
             args.time_cap

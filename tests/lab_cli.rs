@@ -1,37 +1,49 @@
 //! The lab never reports on a run that did not happen: settings that cannot run are refused up
 //! front, with one line naming the flag and the limit, a non-zero exit, and no chart or JSON.
+//! And the README's quick start is the example file, which runs.
 //!
-//! Runs the real `herd` example binary. `cargo test` builds the examples before it runs the
-//! tests; the test also asks cargo to bring the binary up to date (quick when it is), so
+//! Runs the real example binaries. `cargo test` builds the examples before it runs the tests;
+//! the test also asks cargo to bring a binary up to date (quick when it is), so
 //! `cargo test --test lab_cli` alone checks the current code too.
 
 #![cfg(target_os = "linux")]
 
+use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
-/// The `herd` example binary of the profile this test was built in, up to date (built once per
-/// test process).
+/// The `herd` example binary.
 fn herd() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_herd).clone()
+    example("herd")
 }
 
-fn build_herd() -> PathBuf {
-    // This test runs as target/<profile>/deps/lab_cli-<hash>; the example sits in
-    // target/<profile>/examples/herd.
+/// The binary of example `name` in the profile this test was built in, up to date (built once
+/// per test process).
+fn example(name: &str) -> PathBuf {
+    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    built
+        .get_or_insert_with(HashMap::new)
+        .entry(name.to_string())
+        .or_insert_with(|| build_example(name))
+        .clone()
+}
+
+fn build_example(name: &str) -> PathBuf {
+    // This test runs as target/<profile>/deps/lab_cli-<hash>; the examples sit in
+    // target/<profile>/examples/.
     let exe = std::env::current_exe().expect("the test's own path");
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/deps");
-    let binary = profile_dir.join("examples").join("herd");
+    let binary = profile_dir.join("examples").join(name);
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
     let mut build = Command::new(option_env!("CARGO").unwrap_or("cargo"));
     build
-        .args(["build", "--quiet", "--example", "herd"])
+        .args(["build", "--quiet", "--example", name])
         .current_dir(env!("CARGO_MANIFEST_DIR"));
     if release {
         build.arg("--release");
@@ -39,7 +51,7 @@ fn build_herd() -> PathBuf {
     let built = build.status().map(|s| s.success()).unwrap_or(false);
     assert!(
         built || binary.exists(),
-        "cannot build the herd example and {} does not exist",
+        "cannot build the {name} example and {} does not exist",
         binary.display()
     );
     binary
@@ -225,4 +237,32 @@ fn herd_writes_no_chart_when_no_row_ran() {
     assert!(stderr.contains("none of the 2 rows ran"), "{stderr}");
     assert!(!json.exists() && !svg.exists(), "nothing written");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_readme_quick_start_is_the_example_and_it_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let source = std::fs::read_to_string(root.join("examples/quick_start.rs")).unwrap();
+    assert!(
+        readme.contains(&format!("```rust\n{source}```")),
+        "README.md shows examples/quick_start.rs verbatim (copy it again after a change)"
+    );
+    let out = Command::new(example("quick_start")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the quick start runs");
+    assert!(
+        stdout.contains("threads served [10, 10, 10, 10]"),
+        "{stdout}"
+    );
+    let served: u64 = stdout
+        .lines()
+        .filter_map(|l| l.split("served Ok(").nth(1))
+        .filter_map(|n| n.trim_end_matches(')').parse::<u64>().ok())
+        .sum();
+    assert_eq!(
+        served, 40,
+        "the forked workers served every connection: {stdout}"
+    );
 }

@@ -4,9 +4,8 @@
 //! (`impl AsFd` on Unix, `impl AsSocket` on Windows), as `polling` and `mio` do: a registration
 //! can never name a descriptor the caller does not hold.
 
-/// Anything whose descriptor a [`Waiter`](crate::Waiter) can watch: on Unix every
-/// [`AsFd`](std::os::fd::AsFd) type, on Windows every
-/// [`AsSocket`](std::os::windows::io::AsSocket) type, and references to them.
+/// Anything whose descriptor a [`Waiter`](crate::Waiter) can watch: on Unix every `AsFd` type,
+/// on Windows every `AsSocket` type, and references to them.
 ///
 /// You never implement it: it comes with `AsFd` (`AsSocket`). Pass a reference, so the
 /// descriptor stays yours: `waiter.add(&listener, 0, interest)`. Examples of what qualifies:
@@ -40,9 +39,8 @@ pub trait AsSource: std::os::fd::AsFd {}
 #[cfg(unix)]
 impl<T: std::os::fd::AsFd + ?Sized> AsSource for T {}
 
-/// Anything whose socket a [`Waiter`](crate::Waiter) can watch: every
-/// [`AsSocket`](std::os::windows::io::AsSocket) type, and references to them. You never
-/// implement it: it comes with `AsSocket`.
+/// Anything whose socket a [`Waiter`](crate::Waiter) can watch: every `AsSocket` type, and
+/// references to them. You never implement it: it comes with `AsSocket`.
 #[cfg(windows)]
 pub trait AsSource: std::os::windows::io::AsSocket {}
 #[cfg(windows)]

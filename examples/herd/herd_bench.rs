@@ -31,7 +31,8 @@ const HERD_SIZE: usize = 100;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Waiter counts to compare, comma-separated, each 1 to herdless::MAX_MEMBERS_LIMIT (4096);
-    /// the figures of each are set against the smallest.
+    /// the figures of each are set against the smallest. The default `1,500` is two counts: 1
+    /// and 500 waiters.
     #[arg(long, value_delimiter = ',', default_value = "1,500")]
     waiters: Vec<usize>,
     /// Messages (8-byte ids) the producer writes per row.

@@ -249,7 +249,11 @@ impl Report {
             });
             table.push(vec![
                 line.workload.name().to_string(),
-                line.mode.name().to_string(),
+                // The narrow table has no messages column: the mark goes with the mode.
+                match self.wide {
+                    true => line.mode.name().to_string(),
+                    false => format!("{}{mark}", line.mode.name()),
+                },
                 line.waiters.to_string(),
                 format!("{messages}{mark}"),
                 show(line.spread(|m| m.seconds), 2),

@@ -3,8 +3,8 @@
 //! over loopback (the connect storm decides who owns which connection), then together write B
 //! bytes in 1 KiB payloads; the server drains every byte. Each architecture is a row, with the
 //! drain time next to the per-worker distribution of connections and bytes, because a fast or
-//! tight figure means nothing if two workers did all the work. Seed 001 found that a fresh
-//! process spreads connections and a warm one does not, so every configuration runs cold (a
+//! tight figure means nothing if two workers did all the work. The drain experiment found that a
+//! fresh process spreads connections and a warm one does not, so every configuration runs cold (a
 //! fresh process: this program re-executed with a hidden flag) and warm (repeated in one
 //! process, after one discarded warm-up run), and the table says which is which.
 

@@ -270,6 +270,10 @@ extern "C" {
  * Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every 1, 64 members.
  *
  * Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
+ *
+ * # Safety
+ *
+ * `options` is NULL or points to a writable herdless_options.
  */
 int herdless_options_init(struct herdless_options *options);
 
@@ -281,6 +285,11 @@ int herdless_options_init(struct herdless_options *options);
  * HERDLESS_EINVAL for an unknown backend or a member count out of range;
  * HERDLESS_EUNAVAILABLE if the native backend was asked for where the kernel has none;
  * HERDLESS_EIO if shared memory or pipes cannot be made.
+ *
+ * # Safety
+ *
+ * `options` is NULL or points to a herdless_options; `out_group` is NULL or points to a
+ * writable herdless_group.
  */
 int herdless_group_new(const struct herdless_options *options, struct herdless_group *out_group);
 
@@ -304,6 +313,10 @@ int herdless_group_backend(struct herdless_group group);
  *
  * Returns HERDLESS_OK and the handle in `*out_waiter`; HERDLESS_ENULL, HERDLESS_EBADHANDLE,
  * HERDLESS_EFULL when every member slot is taken, HERDLESS_EIO.
+ *
+ * # Safety
+ *
+ * `out_waiter` is NULL or points to a writable herdless_waiter.
  */
 int herdless_join(struct herdless_group group, struct herdless_waiter *out_waiter);
 
@@ -355,6 +368,10 @@ int herdless_delete(struct herdless_waiter waiter, herdless_fd fd);
  *
  * Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
  * is NULL; HERDLESS_EINVAL if `capacity` is 0; a handle error; HERDLESS_EIO.
+ *
+ * # Safety
+ *
+ * `events` is NULL or points to `capacity` writable herdless_event.
  */
 int herdless_wait(struct herdless_waiter waiter,
                   struct herdless_event *events,
@@ -389,6 +406,10 @@ int herdless_notify(struct herdless_waiter waiter);
  * process of the group (a parent reads its forked members' figures after they exit).
  *
  * Returns the member count, HERDLESS_ENULL, or HERDLESS_EBADHANDLE.
+ *
+ * # Safety
+ *
+ * `out_stats` is NULL or points to `capacity` writable herdless_member_stats.
  */
 int herdless_stats(struct herdless_group group,
                    struct herdless_member_stats *out_stats,
@@ -431,7 +452,7 @@ const char *herdless_strerror(int code);
  * interest is refused (POLLPRI with HERDLESS_POLLEXCL); HERDLESS_EEXIST if a descriptor was
  * also added with herdless_add; a handle error; HERDLESS_EIO.
  *
- * Safety:
+ * # Safety
  *
  * `fds` must point to `nfds` writable `struct pollfd` (or be NULL when `nfds` is 0).
  */

@@ -13,7 +13,9 @@
  * Usage: herd [--workload pipe|mq] [--waiters N] [--messages M] [--processes]
  *             [--backend native|emulated] [--rotate N] [--quiet]
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <mqueue.h>

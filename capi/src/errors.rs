@@ -121,7 +121,9 @@ fn describe(code: c_int) -> &'static [u8] {
     match code {
         HERDLESS_OK => b"success\0",
         HERDLESS_ENULL => b"a pointer argument is NULL\0",
-        HERDLESS_EBADHANDLE => b"not a live handle (never made, freed, left, or of the other kind)\0",
+        HERDLESS_EBADHANDLE => {
+            b"not a live handle (never made, freed, left, or of the other kind)\0"
+        }
         HERDLESS_EWRONGPROCESS => b"the waiter was joined by another process\0",
         HERDLESS_EINVAL => b"invalid argument\0",
         HERDLESS_EBADF => b"descriptor is not open\0",

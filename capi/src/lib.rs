@@ -128,16 +128,23 @@ pub type herdless_fd = c_int;
 #[cfg(windows)]
 pub type herdless_fd = usize;
 
-/// Reads a pointer argument the caller promised is valid if not NULL.
-fn non_null<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Failure> {
-    // SAFETY: the C caller passes NULL or a pointer to a live, aligned T (the documented
-    // contract of every entry point); NULL is refused here.
+/// Reads a pointer argument; NULL is refused.
+///
+/// # Safety
+///
+/// `ptr` is NULL or points to a live, aligned T (the documented contract of every entry point).
+unsafe fn non_null<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller's contract above; NULL is refused here.
     unsafe { ptr.as_ref() }.ok_or_else(|| Failure::null(what))
 }
 
-/// Writes through an out-pointer the caller promised is valid if not NULL.
-fn out<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T, Failure> {
-    // SAFETY: as `non_null`, for a writable T.
+/// Writes through an out-pointer; NULL is refused.
+///
+/// # Safety
+///
+/// `ptr` is NULL or points to a live, aligned, writable T.
+unsafe fn out<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T, Failure> {
+    // SAFETY: the caller's contract above; NULL is refused here.
     unsafe { ptr.as_mut() }.ok_or_else(|| Failure::null(what))
 }
 
@@ -219,10 +226,15 @@ fn with_source<R>(
 /// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every 1, 64 members.
 ///
 /// Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
+///
+/// # Safety
+///
+/// `options` is NULL or points to a writable herdless_options.
 #[no_mangle]
-pub extern "C" fn herdless_options_init(options: *mut herdless_options) -> c_int {
+pub unsafe extern "C" fn herdless_options_init(options: *mut herdless_options) -> c_int {
     ffi(|| {
-        *out(options, "options")? = herdless_options {
+        // SAFETY: the caller's contract (see # Safety).
+        *unsafe { out(options, "options") }? = herdless_options {
             backend: HERDLESS_BACKEND_AUTO,
             rotate_every: 1,
             max_members: herdless::DEFAULT_MAX_MEMBERS,
@@ -238,13 +250,19 @@ pub extern "C" fn herdless_options_init(options: *mut herdless_options) -> c_int
 /// HERDLESS_EINVAL for an unknown backend or a member count out of range;
 /// HERDLESS_EUNAVAILABLE if the native backend was asked for where the kernel has none;
 /// HERDLESS_EIO if shared memory or pipes cannot be made.
+///
+/// # Safety
+///
+/// `options` is NULL or points to a herdless_options; `out_group` is NULL or points to a
+/// writable herdless_group.
 #[no_mangle]
-pub extern "C" fn herdless_group_new(
+pub unsafe extern "C" fn herdless_group_new(
     options: *const herdless_options,
     out_group: *mut herdless_group,
 ) -> c_int {
     ffi(|| {
-        let out_group = out(out_group, "out_group")?;
+        // SAFETY: the caller's contract (see # Safety).
+        let out_group = unsafe { out(out_group, "out_group") }?;
         let options = if options.is_null() {
             herdless_options {
                 backend: HERDLESS_BACKEND_AUTO,
@@ -252,7 +270,8 @@ pub extern "C" fn herdless_group_new(
                 max_members: herdless::DEFAULT_MAX_MEMBERS,
             }
         } else {
-            *non_null(options, "options")?
+            // SAFETY: the caller's contract (see # Safety).
+            *unsafe { non_null(options, "options") }?
         };
         let backend = match options.backend {
             HERDLESS_BACKEND_AUTO => Backend::Auto,
@@ -304,10 +323,18 @@ pub extern "C" fn herdless_group_backend(group: herdless_group) -> c_int {
 ///
 /// Returns HERDLESS_OK and the handle in `*out_waiter`; HERDLESS_ENULL, HERDLESS_EBADHANDLE,
 /// HERDLESS_EFULL when every member slot is taken, HERDLESS_EIO.
+///
+/// # Safety
+///
+/// `out_waiter` is NULL or points to a writable herdless_waiter.
 #[no_mangle]
-pub extern "C" fn herdless_join(group: herdless_group, out_waiter: *mut herdless_waiter) -> c_int {
+pub unsafe extern "C" fn herdless_join(
+    group: herdless_group,
+    out_waiter: *mut herdless_waiter,
+) -> c_int {
     ffi(|| {
-        let out_waiter = out(out_waiter, "out_waiter")?;
+        // SAFETY: the caller's contract (see # Safety).
+        let out_waiter = unsafe { out(out_waiter, "out_waiter") }?;
         let waiter = registry::group(group.id)?.join()?;
         *out_waiter = herdless_waiter {
             id: registry::insert_waiter(waiter),
@@ -399,8 +426,12 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
 ///
 /// Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
 /// is NULL; HERDLESS_EINVAL if `capacity` is 0; a handle error; HERDLESS_EIO.
+///
+/// # Safety
+///
+/// `events` is NULL or points to `capacity` writable herdless_event.
 #[no_mangle]
-pub extern "C" fn herdless_wait(
+pub unsafe extern "C" fn herdless_wait(
     waiter: herdless_waiter,
     events: *mut herdless_event,
     capacity: usize,
@@ -468,8 +499,12 @@ pub extern "C" fn herdless_notify(waiter: herdless_waiter) -> c_int {
 /// process of the group (a parent reads its forked members' figures after they exit).
 ///
 /// Returns the member count, HERDLESS_ENULL, or HERDLESS_EBADHANDLE.
+///
+/// # Safety
+///
+/// `out_stats` is NULL or points to `capacity` writable herdless_member_stats.
 #[no_mangle]
-pub extern "C" fn herdless_stats(
+pub unsafe extern "C" fn herdless_stats(
     group: herdless_group,
     out_stats: *mut herdless_member_stats,
     capacity: usize,

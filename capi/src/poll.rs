@@ -13,7 +13,7 @@ use std::os::fd::RawFd;
 
 use herdless::Interest;
 
-use crate::errors::{ffi, Failure, HERDLESS_ENULL, HERDLESS_EINVAL};
+use crate::errors::{ffi, Failure, HERDLESS_EINVAL, HERDLESS_ENULL};
 use crate::registry::{self, WaiterState};
 use crate::{herdless_waiter, timeout_of};
 
@@ -26,6 +26,9 @@ pub const HERDLESS_POLLEXCL: i16 = 0x0800;
 /// by no POLL* bit of Linux's <poll.h> (the kernel's POLLFREE is internal and never in a
 /// pollfd).
 pub const HERDLESS_POLLONE: i16 = 0x4000;
+
+// Both bits are positive values of a C short.
+const _: () = assert!(HERDLESS_POLLEXCL > 0 && HERDLESS_POLLONE > 0);
 
 /// The system bits herdless can watch, and those poll() always reports.
 const READ_BITS: i16 = libc::POLLIN | libc::POLLRDNORM;
@@ -81,7 +84,7 @@ fn interest_of(events: i16) -> Option<Interest> {
 /// interest is refused (POLLPRI with HERDLESS_POLLEXCL); HERDLESS_EEXIST if a descriptor was
 /// also added with herdless_add; a handle error; HERDLESS_EIO.
 ///
-/// Safety:
+/// # Safety
 ///
 /// `fds` must point to `nfds` writable `struct pollfd` (or be NULL when `nfds` is 0).
 #[no_mangle]
@@ -260,7 +263,6 @@ mod tests {
             assert_eq!(bit & (HERDLESS_POLLEXCL | HERDLESS_POLLONE), 0, "{bit:#x}");
         }
         assert_eq!(HERDLESS_POLLEXCL & HERDLESS_POLLONE, 0);
-        assert!(HERDLESS_POLLEXCL > 0 && HERDLESS_POLLONE > 0, "positive shorts");
     }
 
     #[test]

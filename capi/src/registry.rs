@@ -11,8 +11,11 @@
 //! the registry's lock is taken around `fork` (`pthread_atfork`), so a child forked while
 //! another thread was in the middle of a lookup finds it unlocked.
 
+#[cfg(unix)]
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(unix)]
+use std::sync::Once;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use herdless::{Events, Group, Notifier, Waiter};
 
@@ -182,8 +185,7 @@ pub(crate) fn group(id: u64) -> Result<Group, Failure> {
 pub(crate) fn waiter(id: u64) -> Result<Arc<WaiterEntry>, Failure> {
     let entry = {
         let reg = read();
-        let (index, generation) =
-            decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
+        let (index, generation) = decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
         match reg.slots.get(index) {
             Some(Slot {
                 generation: g,
@@ -251,8 +253,7 @@ pub(crate) fn free_waiter(id: u64) -> Result<(), Failure> {
     let state = lock(&entry)?;
     let removed = {
         let mut reg = write();
-        let (index, generation) =
-            decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
+        let (index, generation) = decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
         match reg.slots.get_mut(index) {
             Some(slot) if slot.generation & GENERATION_MASK == generation => {
                 slot.generation = slot.generation.wrapping_add(1);
@@ -314,7 +315,10 @@ mod tests {
         let id = insert_group(group);
         assert!(self::group(id).is_ok());
         assert!(free_group(id).is_ok());
-        assert_eq!(free_group(id).err().map(|f| f.code), Some(HERDLESS_EBADHANDLE));
+        assert_eq!(
+            free_group(id).err().map(|f| f.code),
+            Some(HERDLESS_EBADHANDLE)
+        );
         let again = insert_group(Group::builder().build().unwrap());
         assert_ne!(again, id, "a reused slot has a new generation");
         assert!(self::group(id).is_err());

@@ -1,6 +1,7 @@
 //! The C programs in capi/c/, compiled with the system C compiler against include/herdless.h
 //! and the libherdless_c.so this `cargo test` just built, then run: the POLLONE four-call
-//! order, bad input, seed 003's herd (threads on a pipe, forked processes on a POSIX message
+//! order, revents as poll() gives them and registrations that follow the array, bad input,
+//! seed 003's herd (threads on a pipe, forked processes on a POSIX message
 //! queue), the README's example, and the flag bits against <poll.h>. Each runs on both
 //! backends where the backend matters.
 //!
@@ -244,4 +245,25 @@ fn the_poll_bits_clash_with_nothing_in_poll_h() {
         return;
     };
     assert!(run(&exe, &[]).contains("no clash"));
+}
+
+fn poll_shape(backend: &str) {
+    let Some(exe) = build("poll_shape") else {
+        return;
+    };
+    let out = run(&exe, &[backend]);
+    assert!(
+        out.contains("0 check(s) failed") && !out.contains("FAIL"),
+        "{out}"
+    );
+}
+
+#[test]
+fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_native() {
+    poll_shape("native");
+}
+
+#[test]
+fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_emulated() {
+    poll_shape("emulated");
 }

@@ -94,6 +94,8 @@ static void waiter_loop(herdless_waiter w, int index) {
             herdless_consumed(w, (size_t)data_fd); /* before the work: the next may go on */
             got++;
             if (id & LAST) board->end_ns = now_ns();
+        } else if (r == 0) {
+            break; /* end of file: the producer closed the pipe after the last message */
         } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
             if (!drained) wasted++;
         } else {

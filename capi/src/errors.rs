@@ -160,3 +160,36 @@ pub extern "C" fn herdless_strerror(code: c_int) -> *const c_char {
     })
     .unwrap_or(fixed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn message(code: c_int) -> String {
+        // SAFETY: herdless_strerror returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(herdless_strerror(code)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_code_and_its_message() {
+        let code = ffi(|| panic!("boom"));
+        assert_eq!(code, HERDLESS_EPANIC);
+        assert!(message(code).contains("boom"), "{}", message(code));
+    }
+
+    #[test]
+    fn the_last_message_is_the_rust_errors_and_other_codes_have_fixed_text() {
+        let code = ffi(|| Err(herdless::Error::NotRegistered { fd: 42 }.into()));
+        assert_eq!(code, HERDLESS_ENOENT);
+        assert_eq!(
+            message(code),
+            "descriptor 42 is not registered with this waiter"
+        );
+        assert_eq!(message(HERDLESS_EBADF), "descriptor is not open");
+        assert_eq!(message(-999), "unknown herdless error code");
+        assert_eq!(ffi(|| Ok(7)), 7, "success passes the value through");
+    }
+}

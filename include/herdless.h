@@ -359,8 +359,8 @@ int herdless_modify(struct herdless_waiter waiter, herdless_fd fd, size_t key, u
 int herdless_delete(struct herdless_waiter waiter, herdless_fd fd);
 
 /**
- * Waits for events and writes at most `capacity` of them to `events` (one if any registration
- * asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for ever. An interrupting signal does
+ * Waits for events and writes at most `capacity` of them to `events` (at most 1024 per call,
+ * and one if any registration asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for ever. An interrupting signal does
  * not end the wait.
  *
  * Coming back to herdless_wait says that the events of the previous call were consumed (see

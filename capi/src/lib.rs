@@ -128,6 +128,9 @@ pub type herdless_fd = c_int;
 #[cfg(windows)]
 pub type herdless_fd = usize;
 
+/// The most events one herdless_wait returns, whatever its `capacity`.
+const MAX_EVENTS_PER_WAIT: usize = 1024;
+
 /// Reads a pointer argument; NULL is refused.
 ///
 /// # Safety
@@ -417,8 +420,8 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
     })
 }
 
-/// Waits for events and writes at most `capacity` of them to `events` (one if any registration
-/// asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for ever. An interrupting signal does
+/// Waits for events and writes at most `capacity` of them to `events` (at most 1024 per call,
+/// and one if any registration asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for ever. An interrupting signal does
 /// not end the wait.
 ///
 /// Coming back to herdless_wait says that the events of the previous call were consumed (see
@@ -444,7 +447,9 @@ pub unsafe extern "C" fn herdless_wait(
         if capacity == 0 {
             return Err(herdless::Error::ZeroCapacity.into());
         }
-        let capacity = capacity.min(c_int::MAX as usize);
+        // At most this many events per call (as epoll's maxevents): the buffer is allocated
+        // once per waiter, not sized by whatever count the caller passes.
+        let capacity = capacity.min(MAX_EVENTS_PER_WAIT);
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
         let n = state.wait(capacity, timeout_of(timeout_ms))?;

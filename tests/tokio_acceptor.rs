@@ -390,15 +390,12 @@ fn close_hands_over_then_ends(backend: Backend) {
         let first = acceptor.accept().await.unwrap();
         acceptor.close();
         let mut taken = vec![first];
-        loop {
-            match std::future::poll_fn(|cx| {
-                futures_core::Stream::poll_next(std::pin::Pin::new(&mut acceptor), cx)
-            })
-            .await
-            {
-                Some(conn) => taken.push(conn.unwrap()),
-                None => break,
-            }
+        while let Some(conn) = std::future::poll_fn(|cx| {
+            futures_core::Stream::poll_next(std::pin::Pin::new(&mut acceptor), cx)
+        })
+        .await
+        {
+            taken.push(conn.unwrap());
         }
         let after = acceptor.accept().await.unwrap_err();
         assert_eq!(after.kind(), std::io::ErrorKind::NotConnected);

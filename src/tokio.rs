@@ -290,9 +290,16 @@ impl Acceptor {
     /// way for a worker to leave (a restart that drops nothing). Dropping the acceptor instead
     /// closes the connections it took but that were not accepted yet.
     pub fn close(&self) {
-        self.shared.closing.store(true, SeqCst);
-        // A notification sent while the thread does not wait wakes its next wait.
-        let _ = self.notifier.notify();
+        self.closer().close();
+    }
+
+    /// A handle that [closes](Self::close) this acceptor from anywhere (another task or
+    /// thread) while a task waits in [`accept`](Self::accept).
+    pub fn closer(&self) -> Closer {
+        Closer {
+            shared: self.shared.clone(),
+            notifier: self.notifier.clone(),
+        }
     }
 
     /// The listener's local address.
@@ -309,6 +316,29 @@ impl Acceptor {
             empty_wakeups: self.shared.empty_wakeups.load(SeqCst),
             kernel_wakeups: kernel.checked_sub(1),
         }
+    }
+}
+
+/// Closes an [`Acceptor`] from another task or thread: see [`Acceptor::close`]. Cheap to
+/// clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Closer {
+    shared: Arc<Shared>,
+    notifier: Notifier,
+}
+
+impl std::fmt::Debug for Closer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Closer")
+    }
+}
+
+impl Closer {
+    /// As [`Acceptor::close`]. Closing twice, or after the acceptor is gone, does nothing.
+    pub fn close(&self) {
+        self.shared.closing.store(true, SeqCst);
+        // A notification sent while the thread does not wait wakes its next wait.
+        let _ = self.notifier.notify();
     }
 }
 

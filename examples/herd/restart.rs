@@ -9,8 +9,11 @@
 //! sits in that socket's accept queue is reset unless `net.ipv4.tcp_migrate_req` is on), and
 //! one shared listener with `exclusive` (raw `EPOLLEXCLUSIVE`), `herdless-native`,
 //! `herdless-emulated` and `tokio` (`herdless::tokio::Acceptor`, needs `--features tokio`).
-//! A leaving worker on the shared listener leaves the line first, then accepts and serves what
-//! it may have been woken for; the queue stays with the listener and the others.
+//! A leaving worker (SIGTERM) stops taking connections at once: it finishes the one in hand and
+//! takes no other. With `reuseport` it then closes its socket, and what is queued there goes
+//! with it; on the shared listener it leaves the line (the Tokio acceptor: `close`, whose
+//! thread hands over what it was woken for), and the queue stays with the listener and the
+//! others. With `--kill`, whatever the worker holds dies with it, in every setup.
 //!
 //! Workers, old and new, are all forked before the client threads start (a fork from a
 //! multi-threaded process is not safe); a replacement waits, dormant, until its turn.
@@ -19,7 +22,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use herdless::{Backend, Events, Group, Interest};
@@ -524,7 +527,11 @@ fn work() -> Duration {
 /// The write end of a worker's stop pipe, for its SIGTERM handler.
 static STOP_PIPE: AtomicI32 = AtomicI32::new(-1);
 
+/// Set by SIGTERM: a worker looks at it before every accept.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn on_sigterm(_: libc::c_int) {
+    STOPPING.store(true, SeqCst);
     let fd = STOP_PIPE.load(SeqCst);
     // SAFETY: write(2) is async-signal-safe; one byte from a static buffer.
     unsafe { libc::write(fd, b"s".as_ptr().cast(), 1) };
@@ -600,9 +607,8 @@ fn worker(
             epoll.add(stop_r.as_raw_fd(), libc::EPOLLIN as u32, STOP)?;
             sock_util::write_all(ack, b"r")?;
             serve_raw(&epoll, l.as_raw_fd(), &count)?;
-            // Leaving: out of the line, then what this worker may have been woken for.
+            // Leaving: out of the line; the queue stays with the listener and the others.
             epoll.delete(l.as_raw_fd())?;
-            drain(l.as_raw_fd(), &count)?;
         }
         (Setup::HerdlessNative | Setup::HerdlessEmulated, Listen::Shared(l), Some(g)) => {
             let mut waiter = g.join()?;
@@ -619,7 +625,7 @@ fn worker(
                 let Some(ev) = events.iter().next() else {
                     continue;
                 };
-                if ev.key == STOP as usize {
+                if ev.key == STOP as usize || STOPPING.load(SeqCst) {
                     break;
                 }
                 let conn = accept_one(l.as_raw_fd())?;
@@ -628,8 +634,8 @@ fn worker(
                     answer(conn, &count);
                 }
             }
+            // Leaving: out of the line; the queue stays with the listener and the others.
             waiter.delete(l)?;
-            drain(l.as_raw_fd(), &count)?;
             drop(waiter);
         }
         #[cfg(feature = "tokio")]
@@ -656,7 +662,7 @@ fn serve_raw(epoll: &Epoll, listener: RawFd, count: &dyn Fn()) -> Res<()> {
     let mut events = sock_util::event_buffer(4);
     loop {
         let n = epoll.wait(&mut events, -1)?;
-        if events[..n].iter().any(|e| e.u64 == STOP) {
+        if STOPPING.load(SeqCst) || events[..n].iter().any(|e| e.u64 == STOP) {
             return Ok(());
         }
         if n > 0 {
@@ -665,10 +671,13 @@ fn serve_raw(epoll: &Epoll, listener: RawFd, count: &dyn Fn()) -> Res<()> {
     }
 }
 
-/// Accepts and answers until nothing is queued.
+/// Accepts and answers until nothing is queued, or until SIGTERM.
 fn drain(listener: RawFd, count: &dyn Fn()) -> Res<()> {
-    while let Some(conn) = accept_one(listener)? {
-        answer(conn, count);
+    while !STOPPING.load(SeqCst) {
+        match accept_one(listener)? {
+            Some(conn) => answer(conn, count),
+            None => break,
+        }
     }
     Ok(())
 }

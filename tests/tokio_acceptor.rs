@@ -445,3 +445,61 @@ fn a_zero_backlog_is_refused() {
         group.stats()
     );
 }
+
+/// Dropping the acceptor wakes its thread (asleep in its wait, or waiting for room in a full
+/// channel), joins it, and the member leaves the group; the connections it had taken are
+/// closed, and a later connection goes to the group's other member.
+fn drop_wakes_and_joins(backend: Backend) {
+    let group = match Group::builder().backend(backend).build() {
+        Ok(g) => g,
+        Err(e) => return eprintln!("SKIPPED {backend:?}: {e}"),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Asleep in its wait: nothing ever connects.
+    let idle = Acceptor::new(&group, listener.try_clone().unwrap()).unwrap();
+    drop(idle);
+    // Blocked on a full channel: backlog 1, two connections, nobody accepts.
+    let full = Acceptor::with_backlog(&group, listener.try_clone().unwrap(), 1).unwrap();
+    let mut clients: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while full.stats().accepted < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(full.stats().accepted, 1, "{:?}", full.stats());
+    drop(full);
+    assert!(
+        group.stats().iter().all(|m| !m.alive),
+        "{:?}",
+        group.stats()
+    );
+    // The connection it had handed over is closed: its client reads the end.
+    clients[0]
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(clients[0].read(&mut byte), Ok(0) | Err(_)));
+    // The one it never took is still queued at the listener, for the next member.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let mut next = Acceptor::new(&group, listener).unwrap();
+    let taken = rt.block_on(next.accept());
+    assert!(taken.is_ok(), "{taken:?}");
+    clients.clear();
+}
+
+#[test]
+fn drop_wakes_and_joins_native() {
+    if Group::builder().backend(Backend::Native).build().is_ok() {
+        drop_wakes_and_joins(Backend::Native);
+    } else {
+        eprintln!("SKIPPED: no native backend here");
+    }
+}
+
+#[test]
+fn drop_wakes_and_joins_emulated() {
+    drop_wakes_and_joins(Backend::Emulated);
+}

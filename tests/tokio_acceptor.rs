@@ -36,7 +36,8 @@ const LISTENER_THREAD: usize = 1;
 const RUNTIME_THREAD: usize = 2;
 const SLOTS: usize = 3;
 
-/// The forking tests of this file, one at a time (their figures are per-run counts).
+/// The tests of this file, one at a time: the forking ones measure per-run counts, and no
+/// acceptor thread of another test should be running when they fork.
 static FORKS: Mutex<()> = Mutex::new(());
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -373,6 +374,7 @@ fn nested_exclusive_epoll_herds() {
 /// `close` hands out every connection the acceptor had taken or been woken for, then `accept`
 /// says `NotConnected` and the `Stream` ends; nothing queued at the listener is lost.
 fn close_hands_over_then_ends(backend: Backend) {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
     let group = match Group::builder().backend(backend).build() {
         Ok(g) => g,
         Err(e) => return eprintln!("SKIPPED {backend:?}: {e}"),
@@ -432,6 +434,7 @@ fn close_hands_over_then_ends_emulated() {
 
 #[test]
 fn a_zero_backlog_is_refused() {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
     let group = Group::builder().backend(Backend::Emulated).build().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let err = Acceptor::with_backlog(&group, listener, 0).unwrap_err();
@@ -450,6 +453,7 @@ fn a_zero_backlog_is_refused() {
 /// channel), joins it, and the member leaves the group; the connections it had taken are
 /// closed, and a later connection goes to the group's other member.
 fn drop_wakes_and_joins(backend: Backend) {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
     let group = match Group::builder().backend(backend).build() {
         Ok(g) => g,
         Err(e) => return eprintln!("SKIPPED {backend:?}: {e}"),

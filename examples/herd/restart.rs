@@ -261,6 +261,21 @@ enum Listen<'a> {
 struct Instance {
     pid: i32,
     control: OwnedFd,
+    /// Reaped already (so its pid is no longer ours to signal).
+    reaped: std::cell::Cell<bool>,
+}
+
+impl Drop for Instance {
+    /// A run that failed half-way leaves no worker behind.
+    fn drop(&mut self) {
+        if !self.reaped.get() {
+            // SAFETY: our own child, not reaped yet, so the pid is still its own.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let mut status = 0;
+            // SAFETY: reaps our own child.
+            unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        }
+    }
 }
 
 fn run_setup(args: &Args, setup: Setup, migrate: Option<String>) -> Res<Row> {
@@ -326,14 +341,14 @@ fn run_setup(args: &Args, setup: Setup, migrate: Option<String>) -> Res<Row> {
         let at = t0 + Duration::from_secs_f64(args.seconds * (0.1 + 0.8 * slot as f64 / w as f64));
         sleep_until(at);
         start(&instances[w + slot], &ack_r)?;
-        let old = instances[slot].pid;
+        let old = &instances[slot];
         let sig = if args.kill {
             libc::SIGKILL
         } else {
             libc::SIGTERM
         };
         // SAFETY: signals our own child.
-        unsafe { libc::kill(old, sig) };
+        unsafe { libc::kill(old.pid, sig) };
         if !reaped_as_asked(old, args.kill)? {
             failures += 1;
         }
@@ -346,7 +361,7 @@ fn run_setup(args: &Args, setup: Setup, migrate: Option<String>) -> Res<Row> {
     for inst in &instances[w..] {
         // SAFETY: signals our own child.
         unsafe { libc::kill(inst.pid, libc::SIGTERM) };
-        if !reaped_as_asked(inst.pid, false)? {
+        if !reaped_as_asked(inst, false)? {
             failures += 1;
         }
     }
@@ -412,7 +427,8 @@ fn start(inst: &Instance, ack: &OwnedFd) -> Res<()> {
 
 /// Reaps `pid` (killing it after [`STEP_LIMIT`]); true if it ended as asked: exit 0, or
 /// killed by the SIGKILL we sent.
-fn reaped_as_asked(pid: i32, killed: bool) -> Res<bool> {
+fn reaped_as_asked(inst: &Instance, killed: bool) -> Res<bool> {
+    let pid = inst.pid;
     let deadline = Instant::now() + STEP_LIMIT;
     let mut overdue = false;
     loop {
@@ -420,6 +436,7 @@ fn reaped_as_asked(pid: i32, killed: bool) -> Res<bool> {
         // SAFETY: reaps our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
+            inst.reaped.set(true);
             let ok = match killed {
                 true => libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL,
                 false => libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -567,6 +584,7 @@ fn fork_instance(
     Ok(Instance {
         pid,
         control: control_w,
+        reaped: std::cell::Cell::new(false),
     })
 }
 

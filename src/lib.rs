@@ -78,6 +78,8 @@ mod platform;
 mod shared;
 mod source;
 mod sync;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 mod waiter;
 
 pub use error::{Error, RawSource, Result};

@@ -19,6 +19,8 @@ mod limits;
 #[cfg(target_os = "linux")]
 mod queue;
 #[cfg(target_os = "linux")]
+mod restart;
+#[cfg(target_os = "linux")]
 mod stress;
 
 #[cfg(target_os = "linux")]
@@ -52,6 +54,8 @@ enum Command {
     Drain(drain::Args),
     /// Nothing lost: every message id read exactly once, through every herdless mode.
     Stress(stress::Args),
+    /// Rolling restart under load: what each setup drops while every worker is restarted.
+    Restart(restart::Args),
 }
 
 #[cfg(target_os = "linux")]
@@ -64,6 +68,7 @@ fn main() {
         Some(Command::Accept(args)) => accept::run(args),
         Some(Command::Drain(args)) => drain::run(args),
         Some(Command::Stress(args)) => stress::run(args),
+        Some(Command::Restart(args)) => restart::run(args),
     };
     if let Err(e) = result {
         eprintln!("herd: {e}");

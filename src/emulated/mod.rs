@@ -30,7 +30,7 @@ use polling::{PollMode, Poller};
 use crate::error::{Error, RawSource, Result};
 use crate::group::GroupInner;
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
-use crate::shared::state;
+use crate::members::{Life, Membership};
 use doorbell::Doorbells;
 use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
 
@@ -92,6 +92,8 @@ struct Candidate {
 /// One member's emulated half.
 pub(crate) struct EmulatedWaiter {
     me: u32,
+    /// This member's occupancy of slot `me`: its IDLE/BUSY changes are made against it.
+    membership: Membership,
     poller: Arc<Poller>,
     /// Registered descriptors by number.
     registrations: HashMap<RawSource, Registration>,
@@ -113,7 +115,8 @@ pub(crate) struct EmulatedWaiter {
 }
 
 impl EmulatedWaiter {
-    pub(crate) fn new(group: &GroupInner, me: u32) -> Result<EmulatedWaiter> {
+    pub(crate) fn new(group: &GroupInner, membership: Membership) -> Result<EmulatedWaiter> {
+        let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
         let emu = group.emulation.as_ref().expect("emulated group");
@@ -134,6 +137,7 @@ impl EmulatedWaiter {
         emu.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
             me,
+            membership,
             poller,
             registrations: HashMap::new(),
             next_seq: 0,
@@ -333,18 +337,22 @@ impl EmulatedWaiter {
     ) -> Result<usize> {
         let tk = token(group);
         let me = self.me;
-        let slot = group.shared.member(me);
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Coming back to wait: what was handed out last time has been consumed.
         while let Some((s, _)) = self.holding.pop() {
             tk.release(s, me);
         }
-        slot.state.store(state::IDLE, SeqCst);
+        // Through the member table, against this occupancy: a slot being reaped stays reaped.
+        if !group.members().go_idle(&self.membership) {
+            return Err(crate::members::lost_slot());
+        }
         let result = self.wait_idle(&tk, events, deadline);
         // Going busy: pass on every token this member has, so the group keeps listening, and go
         // to the back of the lines where it is due.
-        slot.state.store(state::BUSY, SeqCst);
+        if !group.members().go_busy(&self.membership) {
+            return Err(crate::members::lost_slot());
+        }
         for &s in &self.sources {
             let to_back = self.to_back.contains(&s);
             if to_back || tk.shared.source(s).leader.load(SeqCst) == me {
@@ -690,8 +698,8 @@ fn identify(fd: RawSource) -> Result<u64> {
     Ok((fd as u64).wrapping_add(1).max(1))
 }
 
-/// Clears out member `m` of an emulated group, whose process died while its slot was `seen`.
-pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: u32) {
+/// Clears out member `m` of an emulated group, found dead in word `seen`.
+pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: Life) {
     token(group).reap(m, seen);
 }
 
@@ -707,7 +715,7 @@ pub(crate) struct EmulatedNotifier {
 
 impl EmulatedNotifier {
     pub(crate) fn new(group: Arc<GroupInner>, member: u32) -> EmulatedNotifier {
-        let generation = group.shared.member(member).generation.load(SeqCst);
+        let generation = group.shared.member(member).generation();
         EmulatedNotifier {
             group,
             member,
@@ -717,7 +725,7 @@ impl EmulatedNotifier {
 
     pub(crate) fn notify(&self) -> Result<()> {
         let slot = self.group.shared.member(self.member);
-        if slot.generation.load(SeqCst) != self.generation {
+        if slot.generation() != self.generation {
             return Ok(()); // the member left: there is nobody to wake
         }
         slot.notified.store(1, SeqCst);

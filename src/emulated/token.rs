@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use super::doorbell::Doorbells;
 use crate::liveness::Liveness;
-use crate::shared::{state, SharedState, SourceSlot, NONE};
+use crate::members::{Life, Members};
+use crate::shared::{SharedState, SourceSlot, NONE};
 
 /// How often a member that depends on another process checks that it is alive.
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
@@ -135,7 +136,7 @@ impl Token<'_> {
                 return true;
             }
             let due = leader == NONE
-                || (self.shared.member(leader).state.load(SeqCst) == state::IDLE
+                || (self.shared.member(leader).is_idle()
                     && self.line_pos(s, me) < self.line_pos(s, leader));
             if !due {
                 return false;
@@ -168,7 +169,7 @@ impl Token<'_> {
         let watcher = (0..high).find(|&m| {
             m != me
                 && src.has_member(m)
-                && self.shared.member(m).state.load(SeqCst) == state::IDLE
+                && self.shared.member(m).is_idle()
                 && self.shared.member(m).pid.load(SeqCst) != my_pid
         });
         if let Some(w) = watcher {
@@ -186,9 +187,9 @@ impl Token<'_> {
             return None;
         }
         let head = start.unwrap_or_else(|| src.line_head.load(SeqCst)) % high;
-        (0..high).map(|i| (head + i) % high).find(|&m| {
-            m != not && src.has_member(m) && self.shared.member(m).state.load(SeqCst) == state::IDLE
-        })
+        (0..high)
+            .map(|i| (head + i) % high)
+            .find(|&m| m != not && src.has_member(m) && self.shared.member(m).is_idle())
     }
 
     /// Moves the token of `s` away from `from` (leaving, going busy, or dead) to the next idle
@@ -234,7 +235,7 @@ impl Token<'_> {
                     } else {
                         src.deputy.store(NONE, SeqCst);
                     }
-                    if self.shared.member(next).state.load(SeqCst) == state::IDLE {
+                    if self.shared.member(next).is_idle() {
                         return;
                     }
                     from = next; // it went busy meanwhile: pass it on
@@ -257,7 +258,7 @@ impl Token<'_> {
                         {
                             src.watcher.store(from, SeqCst);
                             self.wake(next);
-                            if self.shared.member(next).state.load(SeqCst) == state::IDLE {
+                            if self.shared.member(next).is_idle() {
                                 return;
                             }
                             from = next;
@@ -344,11 +345,7 @@ impl Token<'_> {
             return;
         }
         let watcher = src.watcher.load(SeqCst);
-        let able = |w: u32| {
-            w != NONE
-                && self.shared.member(w).state.load(SeqCst) == state::IDLE
-                && pid(w) != pid(leader)
-        };
+        let able = |w: u32| w != NONE && self.shared.member(w).is_idle() && pid(w) != pid(leader);
         if watcher != me && !able(watcher) {
             let _ = src.watcher.compare_exchange(watcher, me, SeqCst, SeqCst);
         }
@@ -371,28 +368,28 @@ impl Token<'_> {
         } else {
             [NONE, NONE]
         };
+        let members = Members::new(self.shared, self.live);
+        let my_pid = std::process::id();
         for m in suspects {
             if m == NONE || m == me {
                 continue;
             }
-            if let Some(seen) = self.shared.dead_member(m, self.live) {
+            if let Some(seen) = members.dead(m, my_pid) {
                 self.reap(m, seen);
             }
         }
     }
 
-    /// Clears out member `m`, whose process died while its slot was in state `seen`: frees
-    /// what it held and passes its tokens on. The slot is REAPING meanwhile, so that nobody
-    /// joins into it (or reaps it twice) before it is clean, and DEAD after.
-    pub(crate) fn reap(&self, m: u32, seen: u32) {
-        let slot = self.shared.member(m);
-        if slot
-            .state
-            .compare_exchange(seen, state::REAPING, SeqCst, SeqCst)
-            .is_err()
-        {
+    /// Clears out member `m`, found dead in word `seen` (or found REAPING by a reaper that
+    /// died): frees what it held and passes its tokens on. The member table keeps the slot
+    /// REAPING by this process meanwhile, so that nobody joins into it (or reaps it too) while
+    /// this reaper lives, and makes it DEAD after. The clearing is idempotent: a reap taken
+    /// over from a dead reaper repeats whatever that one had done.
+    pub(crate) fn reap(&self, m: u32, seen: Life) {
+        let members = Members::new(self.shared, self.live);
+        let Some(reap) = members.begin_reap(m, seen, std::process::id()) else {
             return; // it changed since it was found dead: someone else took care of it
-        }
+        };
         for s in 0..crate::shared::MAX_SOURCES {
             let src = self.source(s);
             if src.id.load(SeqCst) == 0 || !src.has_member(m) {
@@ -404,7 +401,7 @@ impl Token<'_> {
                 self.pass(s, m, false);
             }
         }
-        slot.state.store(state::DEAD, SeqCst);
+        members.finish_reap(reap);
     }
 }
 
@@ -441,14 +438,19 @@ mod model {
         shared: SharedState,
         bells: Doorbells,
         live: Liveness,
+        memberships: Vec<crate::members::Membership>,
     }
 
     impl World {
         fn new(members: u32) -> Arc<World> {
             let shared = SharedState::new(4).unwrap();
-            for _ in 0..members {
-                shared.claim_slot(1).unwrap();
-            }
+            let live = Liveness::new(4).unwrap();
+            let memberships = (0..members)
+                .map(|_| {
+                    let table = Members::new(&shared, &live);
+                    table.publish(table.claim(1).unwrap()).unwrap()
+                })
+                .collect();
             let s = shared.source_index(1).unwrap();
             assert_eq!(s, 0);
             for m in 0..members {
@@ -457,7 +459,8 @@ mod model {
             Arc::new(World {
                 shared,
                 bells: Doorbells::new(4).unwrap(),
-                live: Liveness::new().unwrap(),
+                live,
+                memberships,
             })
         }
         fn token(&self) -> Token<'_> {
@@ -468,8 +471,15 @@ mod model {
                 rotate_every: 1,
             }
         }
-        fn set_state(&self, m: u32, st: u32) {
-            self.shared.member(m).state.store(st, SeqCst);
+        /// Member `m` enters (`idle`) or leaves `wait`, through the member table.
+        fn set_idle(&self, m: u32, idle: bool) {
+            let table = Members::new(&self.shared, &self.live);
+            let me = &self.memberships[m as usize];
+            assert!(if idle {
+                table.go_idle(me)
+            } else {
+                table.go_busy(me)
+            });
         }
         fn leader(&self) -> u32 {
             self.shared.source(0).leader.load(SeqCst)
@@ -477,7 +487,7 @@ mod model {
         /// `leader` (idle) leads source 0 while `holder` still holds its last event.
         fn led_while_held(members: u32, holder: u32, leader: u32) -> Arc<World> {
             let w = World::new(members);
-            w.set_state(leader, state::IDLE);
+            w.set_idle(leader, true);
             w.shared.source(0).leader.store(leader, SeqCst);
             w.shared.source(0).holder.store(holder, SeqCst);
             w
@@ -496,18 +506,18 @@ mod model {
     fn going_idle_while_the_leader_passes() {
         loom::model(|| {
             let w = World::new(2);
-            w.set_state(0, state::IDLE);
+            w.set_idle(0, true);
             w.shared.source(0).leader.store(0, SeqCst);
             let a = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_state(0, state::BUSY);
+                    w.set_idle(0, false);
                     w.token().pass(0, 0, true);
                 })
             };
             let w2 = w.clone();
             let took = thread::spawn(move || {
-                w2.set_state(1, state::IDLE);
+                w2.set_idle(1, true);
                 w2.token().take_if_due(0, 1)
             })
             .join()
@@ -525,12 +535,12 @@ mod model {
         loom::model(|| {
             let (holder, leader, next) = (0, 1, 2);
             let w = World::led_while_held(3, holder, leader);
-            w.set_state(next, state::IDLE);
+            w.set_idle(next, true);
             let release = spawn_release(&w, holder);
             let pass = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_state(leader, state::BUSY);
+                    w.set_idle(leader, false);
                     w.token().pass(0, leader, false);
                 })
             };
@@ -583,20 +593,20 @@ mod model {
     fn passing_to_a_member_going_busy() {
         loom::model(|| {
             let w = World::new(2);
-            w.set_state(0, state::IDLE);
-            w.set_state(1, state::IDLE);
+            w.set_idle(0, true);
+            w.set_idle(1, true);
             w.shared.source(0).leader.store(0, SeqCst);
             let a = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_state(0, state::BUSY);
+                    w.set_idle(0, false);
                     w.token().pass(0, 0, false);
                 })
             };
             let b = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_state(1, state::BUSY);
+                    w.set_idle(1, false);
                     if w.leader() == 1 {
                         w.token().pass(0, 1, false);
                     }

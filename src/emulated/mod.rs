@@ -17,6 +17,7 @@
 //! and both spin for their turn instead of sleeping, so the hand-off puts no kernel wake-up on
 //! the critical path. Otherwise `release` rings the new leader.
 
+mod deathwatch;
 mod doorbell;
 mod token;
 
@@ -31,6 +32,7 @@ use crate::error::{Error, RawSource, Result};
 use crate::group::GroupInner;
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::members::{Life, Membership};
+use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
 
@@ -112,6 +114,10 @@ pub(crate) struct EmulatedWaiter {
     candidates: Vec<Candidate>,
     /// `sync`'s list of poller changes, kept to save an allocation per wait.
     changes: Vec<(RawSource, bool)>,
+    /// The processes this member depends on, whose deaths it waits on (see `deathwatch`).
+    deaths: Box<DeathWatch>,
+    /// Their pids, found before each kernel wait (kept to save an allocation per wait).
+    depends_on: Vec<u32>,
 }
 
 impl EmulatedWaiter {
@@ -149,6 +155,8 @@ impl EmulatedWaiter {
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
             changes: Vec::new(),
+            deaths: Box::default(),
+            depends_on: Vec::new(),
         })
     }
 
@@ -380,11 +388,27 @@ impl EmulatedWaiter {
             // Just started watching a source: look once without sleeping, to learn whether
             // it has a backlog (see `Token::spinning_pays`).
             let probe = self.sync(tk)?;
-            let must_check = self.sources.iter().any(|&s| tk.must_check(s, me));
+            // The processes this member depends on: their deaths wake it (a pidfd in its
+            // poller, on Linux), and the periodic check stays as the fallback.
+            self.depends_on.clear();
+            for &s in &self.sources {
+                if let Some(pid) = tk.dependency_pid(s, me) {
+                    if !self.depends_on.contains(&pid) {
+                        self.depends_on.push(pid);
+                    }
+                }
+            }
+            let must_check = !self.depends_on.is_empty();
+            let by_event = must_check && self.deaths.watch(&self.poller, &self.depends_on);
+            if self.deaths.take_check_now() {
+                for &s in &self.sources {
+                    tk.check(s, me);
+                }
+            }
             let sweep = !self.sources.is_empty() && tk.shared.spans_processes();
             let check_every = match (must_check, sweep) {
-                (true, _) => Some(LIVENESS_CHECK),
-                (false, true) => Some(LIVENESS_SWEEP),
+                (true, _) if !by_event => Some(LIVENESS_CHECK),
+                (true, _) | (false, true) => Some(LIVENESS_SWEEP),
                 (false, false) => None,
             };
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -407,6 +431,16 @@ impl EmulatedWaiter {
             self.poller
                 .wait(&mut self.raw_events, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
+            let (died, only_deaths) = self.deaths.fired(&self.poller, &self.raw_events);
+            if died {
+                // A process this member depends on ended: clear it out now.
+                for &s in &self.sources {
+                    tk.check(s, me);
+                }
+                if only_deaths {
+                    continue;
+                }
+            }
             if probe {
                 self.note_backlog(tk);
                 if self.raw_events.is_empty() {
@@ -576,6 +610,7 @@ impl EmulatedWaiter {
         for fd in fds {
             self.poller_delete(fd);
         }
+        self.deaths.clear(&self.poller);
         #[cfg(all(unix, not(loom)))]
         let _ = self.poller.delete(tk.bells.watch_end(me));
     }

@@ -351,9 +351,11 @@ impl Token<'_> {
         }
     }
 
-    /// Must `me` wake up periodically to check on another process for `s`?
-    pub(crate) fn must_check(&self, s: usize, me: u32) -> bool {
-        self.dependency(s, me).is_some()
+    /// The process `me` depends on for `s` (see `dependency`), whose death it waits on (or
+    /// checks on periodically).
+    pub(crate) fn dependency_pid(&self, s: usize, me: u32) -> Option<u32> {
+        self.dependency(s, me)
+            .map(|m| self.shared.member(m).pid.load(SeqCst))
     }
 
     /// Checks the members `me` depends on for `s` and clears out those that died: the holder

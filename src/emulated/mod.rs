@@ -5,7 +5,8 @@
 //! descriptors are in its poller only while it holds their token and their last event has been
 //! consumed (`token` has the protocol); a `sync` before every kernel wait makes the poller match
 //! that rule. So one readiness event wakes one member, members take events in turn, and a
-//! member killed mid-run is cleared out by another (see `crate::liveness`).
+//! member killed mid-run is cleared out by another (see `crate::liveness` and `crate::members`;
+//! on Linux its death wakes the member that depends on it at once, see `deathwatch`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder → `pass` hands the token to the next idle member → the event goes to

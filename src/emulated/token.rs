@@ -13,11 +13,16 @@
 //! `rotate_every = 0` the head stays at slot 0, which reproduces the kernel's monopoly. A member
 //! coming back to `wait` ahead of the leader in line takes the token over.
 //!
-//! All state is in the group's shared memory and changes by compare-and-swap only. Two
-//! store-then-load pairs keep the token from being stranded (SeqCst, Dekker style): a member
-//! going idle stores IDLE then loads the leader, while a leader passing the token loads states
-//! and then stores the leader, and re-checks after; a member releasing a source stores the
-//! holder then loads the leader, while a new leader stores itself then loads the holder.
+//! All state is in the group's shared memory. The token (`leader`) and the claim (`holder`)
+//! change by compare-and-swap; the watcher, the line head, the deputy and the timings are
+//! plain stores (a lost update there costs a check or a hint, never the token). A member's own
+//! state (IDLE, BUSY) changes only through the member table (`crate::members`), by
+//! compare-and-swap against the member's own occupancy of its slot, so that it cannot bring back
+//! a slot being reaped. Two store-then-load pairs keep the token from being stranded (SeqCst,
+//! Dekker style): a member going idle stores IDLE then loads the leader, while a leader passing
+//! the token loads states and then stores the leader, and re-checks after; a member releasing a
+//! source stores the holder then loads the leader, while a new leader stores itself then loads
+//! the holder.
 //!
 //! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
 //! the new leader at once and names its *deputy* (the next idle member after it), which the
@@ -26,9 +31,13 @@
 //! (`wake`), and the member stores "not spinning" before it reads the shared state one last time
 //! and sleeps. The deputy and the timings are hints only.
 //!
-//! Liveness: a dead leader or holder is noticed by the member that last passed the token (the
-//! *watcher*) or by the leader, which then wait with a short timeout, but only when the member
-//! they depend on is in another process; threads of one process never poll.
+//! Liveness: a dead leader or holder is noticed by the member that depends on it, the one that
+//! last passed the token (the *watcher*) or the leader waiting for the holder, but only when
+//! that member is in another process; threads of one process never check. On Linux the
+//! dependent member waits on the other process's death as an event (a pidfd in its poller, see
+//! `deathwatch`); elsewhere, and as the fallback, it wakes every `LIVENESS_CHECK`. The dead
+//! member is cleared out by `reap`, which the member table makes exclusive and, should the
+//! reaper die, resumable by another member.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -38,7 +47,8 @@ use crate::liveness::Liveness;
 use crate::members::{Life, Members};
 use crate::shared::{SharedState, SourceSlot, NONE};
 
-/// How often a member that depends on another process checks that it is alive.
+/// How often a member that depends on another process checks that it is alive, when it
+/// cannot wait on that process's death as an event (no pidfd).
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
 /// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.

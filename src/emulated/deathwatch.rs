@@ -37,6 +37,9 @@ struct Watch {
     /// The pidfd, in the poller; None once it fired or if it could not be opened (then the
     /// timer covers this process).
     fd: Option<std::os::fd::OwnedFd>,
+    /// The process is known to have ended (its pidfd fired, or it was gone when asked): a
+    /// member still depending on it checks at once.
+    ended: bool,
 }
 
 /// The processes one member waits on the death of.
@@ -62,6 +65,9 @@ impl DeathWatch {
         for &pid in pids {
             if let Some(w) = self.slots.iter().flatten().find(|w| w.pid == pid) {
                 all &= w.fd.is_some();
+                // Depending on a process known to have ended (the token was passed to a
+                // member that died before anyone noticed): check now, not at the next tick.
+                self.check_now |= w.ended;
                 continue;
             }
             // A free place, or else the first watch of a process no longer depended on.
@@ -82,7 +88,9 @@ impl DeathWatch {
                     }
                 },
             };
-            let fd = open_pidfd(pid).and_then(|fd| {
+            let opened = open_pidfd(pid);
+            let ended = matches!(opened, Err(Some(libc::ESRCH)));
+            let fd = opened.ok().and_then(|fd| {
                 // SAFETY: the pidfd is ours and stays open until `forget` deletes it from the
                 // poller and closes it.
                 unsafe {
@@ -99,7 +107,7 @@ impl DeathWatch {
             // Dead before it was opened, or opened for a process that reused a dead member's
             // pid: one check now finds out (the member's liveness byte is the truth).
             self.check_now = true;
-            self.slots[place] = Some(Watch { pid, fd });
+            self.slots[place] = Some(Watch { pid, fd, ended });
         }
         all
     }
@@ -124,6 +132,7 @@ impl DeathWatch {
         let fired = std::mem::take(&mut self.fired);
         for &i in &fired {
             if let Some(w) = self.slots[i].as_mut() {
+                w.ended = true;
                 if let Some(fd) = w.fd.take() {
                     let _ = poller.delete(&fd);
                 }
@@ -148,15 +157,19 @@ impl DeathWatch {
     }
 }
 
-/// A pidfd of `pid` (close-on-exec, as every pidfd is), or None: no such process any more, or
-/// a kernel without `pidfd_open` (before 5.3), or no descriptor left.
+/// A pidfd of `pid` (close-on-exec, as every pidfd is), or the error number: ESRCH when there
+/// is no such process any more, ENOSYS on a kernel without `pidfd_open` (before 5.3), EMFILE
+/// when no descriptor is left.
 #[cfg(target_os = "linux")]
-fn open_pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+fn open_pidfd(pid: u32) -> Result<std::os::fd::OwnedFd, Option<i32>> {
     use std::os::fd::FromRawFd;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error());
+    }
     // SAFETY: a fresh descriptor that nothing else owns.
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
 /// Without pidfds: every dependency is covered by the periodic check.

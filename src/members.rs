@@ -24,7 +24,7 @@
 //! |------|----|----|--------|------|
 //! | FREE, LEFT, DEAD | JOINING (generation + 1) | a joiner | `claim` | always |
 //! | JOINING | BUSY | its owner | `publish` | its liveness lock and pid are in place |
-//! | JOINING | LEFT | its owner | `abandon` | the join failed after the claim (or the slot's lock stayed held) |
+//! | JOINING | LEFT | its owner | `abandon`, or `claim` itself | the join failed after the claim; or the slot's byte stayed held (invariant 6) |
 //! | BUSY | IDLE | its owner | `go_idle` | entering `wait` (emulation) |
 //! | IDLE | BUSY | its owner | `go_busy` | leaving `wait` (emulation) |
 //! | IDLE, BUSY | LEAVING | its owner | `begin_leave` | `Waiter::drop` |

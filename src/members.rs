@@ -742,6 +742,7 @@ mod tests {
     /// A member of this process is never found dead by this process (threads of one process
     /// die together), and a second hold of one byte by the process is counted: dropping one
     /// keeps the other.
+    #[cfg(unix)]
     #[test]
     fn holds_are_counted_per_process() {
         let (shared, live) = table(2);

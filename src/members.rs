@@ -474,6 +474,35 @@ impl<'a> Members<'a> {
     }
 }
 
+/// Test helpers: join a slot in one step, and read a slot's occupancy back, for unit tests and
+/// models that set the scene by hand (all within one process).
+#[cfg(test)]
+#[cfg_attr(not(loom), allow(dead_code))]
+impl Members<'_> {
+    /// The occupancy slot `m` has now.
+    pub(crate) fn occupant(&self, m: u32) -> Membership {
+        let life = self.slot(m).life.load();
+        Membership {
+            member: m,
+            generation: life.generation(),
+            pid: life.owner(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[cfg_attr(not(loom), allow(dead_code))]
+impl SharedState {
+    /// A member of process `pid` joins, claimed and published through the member table; its
+    /// slot. Its liveness mark is not kept (within one process a member is alive anyway).
+    pub(crate) fn claim_slot(&self, pid: u32) -> Result<u32> {
+        let live = Liveness::new(self.capacity() as usize)?;
+        let members = Members::new(self, &live);
+        let claim = members.claim(pid)?;
+        Ok(members.publish(claim)?.member)
+    }
+}
+
 /// The error of a member whose slot was taken from it (never, while invariant 1 holds).
 pub(crate) fn lost_slot() -> Error {
     Error::io(

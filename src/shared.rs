@@ -24,6 +24,9 @@ pub(crate) const MAX_SOURCES: usize = 64;
 #[cfg(loom)]
 pub(crate) const MAX_SOURCES: usize = 1;
 
+/// The states of a member slot (read-only here: `crate::members` alone changes them).
+#[allow(unused_imports)]
+pub(crate) use crate::members::state;
 pub(crate) use crate::members::MemberSlot;
 
 /// Words in a source's member bitmap (one bit per possible member).

@@ -442,6 +442,7 @@ fn monotonic_ns() -> u64 {
 #[cfg(all(test, loom))]
 mod model {
     use super::*;
+    use crate::members::state;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -450,19 +451,14 @@ mod model {
         shared: SharedState,
         bells: Doorbells,
         live: Liveness,
-        memberships: Vec<crate::members::Membership>,
     }
 
     impl World {
         fn new(members: u32) -> Arc<World> {
             let shared = SharedState::new(4).unwrap();
-            let live = Liveness::new(4).unwrap();
-            let memberships = (0..members)
-                .map(|_| {
-                    let table = Members::new(&shared, &live);
-                    table.publish(table.claim(1).unwrap()).unwrap()
-                })
-                .collect();
+            for _ in 0..members {
+                shared.claim_slot(1).unwrap();
+            }
             let s = shared.source_index(1).unwrap();
             assert_eq!(s, 0);
             for m in 0..members {
@@ -471,8 +467,7 @@ mod model {
             Arc::new(World {
                 shared,
                 bells: Doorbells::new(4).unwrap(),
-                live,
-                memberships,
+                live: Liveness::new(4).unwrap(),
             })
         }
         fn token(&self) -> Token<'_> {
@@ -483,15 +478,15 @@ mod model {
                 rotate_every: 1,
             }
         }
-        /// Member `m` enters (`idle`) or leaves `wait`, through the member table.
-        fn set_idle(&self, m: u32, idle: bool) {
+        /// Member `m` enters (IDLE) or leaves (BUSY) `wait`, through the member table.
+        fn set_state(&self, m: u32, st: u32) {
             let table = Members::new(&self.shared, &self.live);
-            let me = &self.memberships[m as usize];
-            assert!(if idle {
-                table.go_idle(me)
-            } else {
-                table.go_busy(me)
-            });
+            let me = table.occupant(m);
+            let flipped = match st {
+                state::IDLE => table.go_idle(&me),
+                _ => table.go_busy(&me),
+            };
+            assert!(flipped);
         }
         fn leader(&self) -> u32 {
             self.shared.source(0).leader.load(SeqCst)
@@ -499,7 +494,7 @@ mod model {
         /// `leader` (idle) leads source 0 while `holder` still holds its last event.
         fn led_while_held(members: u32, holder: u32, leader: u32) -> Arc<World> {
             let w = World::new(members);
-            w.set_idle(leader, true);
+            w.set_state(leader, state::IDLE);
             w.shared.source(0).leader.store(leader, SeqCst);
             w.shared.source(0).holder.store(holder, SeqCst);
             w
@@ -518,18 +513,18 @@ mod model {
     fn going_idle_while_the_leader_passes() {
         loom::model(|| {
             let w = World::new(2);
-            w.set_idle(0, true);
+            w.set_state(0, state::IDLE);
             w.shared.source(0).leader.store(0, SeqCst);
             let a = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_idle(0, false);
+                    w.set_state(0, state::BUSY);
                     w.token().pass(0, 0, true);
                 })
             };
             let w2 = w.clone();
             let took = thread::spawn(move || {
-                w2.set_idle(1, true);
+                w2.set_state(1, state::IDLE);
                 w2.token().take_if_due(0, 1)
             })
             .join()
@@ -547,12 +542,12 @@ mod model {
         loom::model(|| {
             let (holder, leader, next) = (0, 1, 2);
             let w = World::led_while_held(3, holder, leader);
-            w.set_idle(next, true);
+            w.set_state(next, state::IDLE);
             let release = spawn_release(&w, holder);
             let pass = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_idle(leader, false);
+                    w.set_state(leader, state::BUSY);
                     w.token().pass(0, leader, false);
                 })
             };
@@ -605,20 +600,20 @@ mod model {
     fn passing_to_a_member_going_busy() {
         loom::model(|| {
             let w = World::new(2);
-            w.set_idle(0, true);
-            w.set_idle(1, true);
+            w.set_state(0, state::IDLE);
+            w.set_state(1, state::IDLE);
             w.shared.source(0).leader.store(0, SeqCst);
             let a = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_idle(0, false);
+                    w.set_state(0, state::BUSY);
                     w.token().pass(0, 0, false);
                 })
             };
             let b = {
                 let w = w.clone();
                 thread::spawn(move || {
-                    w.set_idle(1, false);
+                    w.set_state(1, state::BUSY);
                     if w.leader() == 1 {
                         w.token().pass(0, 1, false);
                     }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use crate::emulated::EmulatedGroup;
 use crate::error::{Error, Result};
-use crate::shared::{state, SharedState};
+use crate::members::Members;
+use crate::shared::SharedState;
 use crate::waiter::Waiter;
 
 /// Which mechanism delivers exclusive, fair wake-ups.
@@ -113,6 +114,7 @@ impl GroupBuilder {
             },
         };
         let shared = SharedState::new(self.max_members)?;
+        let live = crate::liveness::Liveness::new(self.max_members)?;
         let emulation = match backend {
             Backend::Emulated => Some(EmulatedGroup::new(self.max_members)?),
             _ => None,
@@ -122,7 +124,7 @@ impl GroupBuilder {
                 backend,
                 rotate_every: self.rotate_every,
                 shared,
-                live: crate::liveness::Liveness::new()?,
+                live,
                 emulation,
             }),
         })
@@ -141,22 +143,28 @@ pub(crate) struct GroupInner {
 }
 
 impl GroupInner {
-    /// Finds members whose process died without leaving and clears their slots out (the
-    /// emulation also frees what they held and passes their tokens on).
+    /// The member table: every change of a member slot's state goes through it.
+    pub(crate) fn members(&self) -> Members<'_> {
+        Members::new(&self.shared, &self.live)
+    }
+
+    /// Finds members whose process died without leaving (and reaps whose reaper died) and
+    /// clears their slots out (the emulation also frees what they held and passes their tokens
+    /// on), so that the slots can be joined again.
     pub(crate) fn reap_dead_members(&self) {
+        let members = self.members();
+        let me = std::process::id();
         for m in 0..self.shared.high() {
-            let Some(seen) = self.shared.dead_member(m, &self.live) else {
+            let Some(seen) = members.dead(m, me) else {
                 continue;
             };
             match self.backend {
                 Backend::Emulated => crate::emulated::reap_member(self, m, seen),
                 _ => {
-                    let _ = self.shared.member(m).state.compare_exchange(
-                        seen,
-                        state::DEAD,
-                        std::sync::atomic::Ordering::SeqCst,
-                        std::sync::atomic::Ordering::SeqCst,
-                    );
+                    // The kernel forgot the dead process's epoll entries: nothing to clear.
+                    if let Some(reap) = members.begin_reap(m, seen, me) {
+                        members.finish_reap(reap);
+                    }
                 }
             }
         }
@@ -278,20 +286,21 @@ impl Group {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> Vec<MemberStats> {
+        use std::sync::atomic::Ordering::SeqCst;
         let shared = &self.inner.shared;
+        let members = self.inner.members();
+        let me = std::process::id();
         (0..shared.capacity())
             .filter_map(|i| {
                 let slot = shared.member(i);
-                let st = slot.state.load(std::sync::atomic::Ordering::SeqCst);
-                (st != state::FREE).then(|| MemberStats {
+                (slot.life().state() != crate::members::state::FREE).then(|| MemberStats {
                     member: i as usize,
-                    pid: slot.pid.load(std::sync::atomic::Ordering::SeqCst),
-                    alive: (st == state::IDLE || st == state::BUSY)
-                        && shared.dead_member(i, &self.inner.live).is_none(),
-                    wakeups: slot.wakeups.load(std::sync::atomic::Ordering::SeqCst),
-                    events: slot.events.load(std::sync::atomic::Ordering::SeqCst),
-                    empty_wakeups: slot.empty_wakeups.load(std::sync::atomic::Ordering::SeqCst),
-                    token_wakeups: slot.token_wakeups.load(std::sync::atomic::Ordering::SeqCst),
+                    pid: slot.pid.load(SeqCst),
+                    alive: members.is_alive(i, me),
+                    wakeups: slot.wakeups.load(SeqCst),
+                    events: slot.events.load(SeqCst),
+                    empty_wakeups: slot.empty_wakeups.load(SeqCst),
+                    token_wakeups: slot.token_wakeups.load(SeqCst),
                     leader: shared.leads_any(i),
                 })
             })

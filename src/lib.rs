@@ -72,6 +72,7 @@ mod error;
 mod group;
 mod interest;
 mod liveness;
+mod members;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
@@ -89,3 +90,6 @@ pub use group::{
 pub use interest::{Event, Events, Interest};
 pub use source::AsSource;
 pub use waiter::{Notifier, Waiter};
+
+#[doc(hidden)]
+pub use members::testing as __testing;

@@ -2,22 +2,35 @@
 //! that the emulation can clear out a dead member and any group can reuse its slot.
 //!
 //! Each member holds a POSIX record lock on one byte of an unlinked file the group made when it
-//! was built (byte n for slot n). The kernel drops a process's record locks the moment the
-//! process dies, SIGKILL included, before it is even reaped, so "byte n is unlocked" means
-//! "member n's process is gone". Record locks belong to processes, so members that are threads
-//! of the caller's own process are alive by definition (they leave through `Drop`). On systems
-//! without `fork` every member shares the caller's process and is always alive.
+//! was built (byte n for slot n); a reaper holds the dead member's byte while it clears the slot
+//! out (see `crate::members`). The kernel drops a process's record locks the moment the process
+//! dies, SIGKILL included, before it is even reaped, so "byte n is not held by another process"
+//! means "whoever owned slot n in another process is gone". Record locks belong to processes,
+//! not threads: two threads of one process holding one byte hold one lock, and one `F_UNLCK`
+//! would drop it for both. So holds are counted per process and byte, and the lock is dropped
+//! when the count falls to zero. Members that are threads of the caller's own process are alive
+//! by definition (they leave through `Drop`). On systems without `fork` every member shares the
+//! caller's process and is always alive; under the model checker a model of the locks stands in.
 
 use crate::error::Result;
 
 #[cfg(all(unix, not(loom)))]
 pub(crate) struct Liveness {
     file: std::fs::File,
+    /// This process's holds of each byte: the count, and a busy bit while the kernel lock is
+    /// being taken or dropped (so threads of the process agree on who calls fcntl).
+    holds: Box<[std::sync::atomic::AtomicU32]>,
+    /// The process the counts belong to: a child made by `fork` inherits the counts but not
+    /// the locks, and starts from zero.
+    counted_for: std::sync::atomic::AtomicU32,
 }
 
 #[cfg(all(unix, not(loom)))]
+const BUSY: u32 = 1 << 31;
+
+#[cfg(all(unix, not(loom)))]
 impl Liveness {
-    pub(crate) fn new() -> Result<Liveness> {
+    pub(crate) fn new(capacity: usize) -> Result<Liveness> {
         use crate::error::Error;
         let dir = std::env::temp_dir();
         let stamp = std::time::SystemTime::now()
@@ -30,6 +43,7 @@ impl Liveness {
                 ".herdless-{}-{stamp}-{attempt}.lock",
                 std::process::id()
             ));
+            // Opened close-on-exec (the standard library always asks for O_CLOEXEC).
             match std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -39,7 +53,13 @@ impl Liveness {
                 Ok(file) => {
                     // Unlinked at once: the open descriptor is all the group needs.
                     let _ = std::fs::remove_file(&path);
-                    return Ok(Liveness { file });
+                    return Ok(Liveness {
+                        file,
+                        holds: (0..capacity)
+                            .map(|_| std::sync::atomic::AtomicU32::new(0))
+                            .collect(),
+                        counted_for: std::sync::atomic::AtomicU32::new(std::process::id()),
+                    });
                 }
                 Err(e) => last = Some(e),
             }
@@ -70,43 +90,174 @@ impl Liveness {
         Ok(fl)
     }
 
-    /// Marks `slot` alive for as long as this process lives (or until `release`).
-    pub(crate) fn hold(&self, slot: u32) -> Result<()> {
-        self.lock(slot, libc::F_WRLCK as libc::c_short, libc::F_SETLK)
-            .map(drop)
-            .map_err(|e| crate::error::Error::io("taking a member's liveness lock", e))
-    }
-
-    /// Drops the mark of `slot` (the member left).
-    pub(crate) fn release(&self, slot: u32) {
-        let _ = self.lock(slot, libc::F_UNLCK as libc::c_short, libc::F_SETLK);
-    }
-
-    /// Is the member of `slot`, in process `pid`, alive?
-    pub(crate) fn is_alive(&self, slot: u32, pid: u32) -> bool {
-        if pid == std::process::id() {
-            return true;
+    /// The hold count of `slot`, reset first in a child made by `fork`.
+    fn count(&self, slot: u32) -> &std::sync::atomic::AtomicU32 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let me = std::process::id();
+        if self.counted_for.load(SeqCst) != me {
+            // A fresh child (one thread, as after fork): the locks were not inherited.
+            for c in self.holds.iter() {
+                c.store(0, SeqCst);
+            }
+            self.counted_for.store(me, SeqCst);
         }
+        &self.holds[slot as usize]
+    }
+
+    /// Marks `slot` held by this process (counted: each hold is matched by one `release`).
+    /// Ok(false) if another process holds it.
+    pub(crate) fn try_hold(&self, slot: u32, _me: u32) -> std::io::Result<bool> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let count = self.count(slot);
+        loop {
+            let c = count.load(SeqCst);
+            if c & BUSY != 0 {
+                std::thread::yield_now();
+            } else if c > 0 {
+                if count.compare_exchange(c, c + 1, SeqCst, SeqCst).is_ok() {
+                    return Ok(true);
+                }
+            } else if count.compare_exchange(0, BUSY, SeqCst, SeqCst).is_ok() {
+                let taken = self.lock(slot, libc::F_WRLCK as libc::c_short, libc::F_SETLK);
+                count.store(u32::from(taken.is_ok()), SeqCst);
+                return match taken {
+                    Ok(_) => Ok(true),
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+        }
+    }
+
+    /// Drops one hold of `slot` by this process; the lock goes with the last.
+    pub(crate) fn release(&self, slot: u32, _me: u32) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let count = self.count(slot);
+        loop {
+            let c = count.load(SeqCst);
+            if c & BUSY != 0 {
+                std::thread::yield_now();
+            } else if c == 0 {
+                return; // not held
+            } else if c > 1 {
+                if count.compare_exchange(c, c - 1, SeqCst, SeqCst).is_ok() {
+                    return;
+                }
+            } else if count.compare_exchange(1, BUSY, SeqCst, SeqCst).is_ok() {
+                let _ = self.lock(slot, libc::F_UNLCK as libc::c_short, libc::F_SETLK);
+                count.store(0, SeqCst);
+                return;
+            }
+        }
+    }
+
+    /// Does a process other than the caller's hold `slot`? (when in doubt: yes)
+    pub(crate) fn is_held_by_other(&self, slot: u32, _me: u32) -> bool {
         match self.lock(slot, libc::F_WRLCK as libc::c_short, libc::F_GETLK) {
             Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short,
             Err(_) => true, // when in doubt, do not declare a member dead
         }
     }
+
+    /// Has process `pid` ended? (a zombie not yet waited for still counts as there)
+    pub(crate) fn process_gone(&self, pid: u32) -> bool {
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
 }
 
-#[cfg(any(not(unix), loom))]
+/// Every member is a thread of the caller's process here: always alive.
+#[cfg(all(not(unix), not(loom)))]
 pub(crate) struct Liveness;
 
-#[cfg(any(not(unix), loom))]
+#[cfg(all(not(unix), not(loom)))]
 impl Liveness {
-    pub(crate) fn new() -> Result<Liveness> {
+    pub(crate) fn new(_capacity: usize) -> Result<Liveness> {
         Ok(Liveness)
     }
-    pub(crate) fn hold(&self, _slot: u32) -> Result<()> {
-        Ok(())
+    pub(crate) fn try_hold(&self, _slot: u32, _me: u32) -> std::io::Result<bool> {
+        Ok(true)
     }
-    pub(crate) fn release(&self, _slot: u32) {}
-    pub(crate) fn is_alive(&self, _slot: u32, _pid: u32) -> bool {
+    pub(crate) fn release(&self, _slot: u32, _me: u32) {}
+    pub(crate) fn is_held_by_other(&self, _slot: u32, _me: u32) -> bool {
         true
+    }
+    pub(crate) fn process_gone(&self, _pid: u32) -> bool {
+        false
+    }
+}
+
+/// Under the model checker: a model of the record locks, so that loom sees every hold and
+/// every release. Each byte says which process holds it and how many times; `kill` ends a
+/// process as the kernel would: its locks are dropped, and it no longer exists.
+#[cfg(loom)]
+pub(crate) struct Liveness {
+    /// Per byte: holder pid (high 32 bits) and hold count (low 32 bits); 0 when free.
+    holders: Vec<crate::sync::AtomicU64>,
+    /// Bit n: process n has died.
+    gone: crate::sync::AtomicU64,
+}
+
+#[cfg(loom)]
+impl Liveness {
+    pub(crate) fn new(capacity: usize) -> Result<Liveness> {
+        Ok(Liveness {
+            holders: (0..capacity)
+                .map(|_| crate::sync::AtomicU64::new(0))
+                .collect(),
+            gone: crate::sync::AtomicU64::new(0),
+        })
+    }
+    pub(crate) fn try_hold(&self, slot: u32, me: u32) -> std::io::Result<bool> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let h = &self.holders[slot as usize];
+        loop {
+            let v = h.load(SeqCst);
+            let next = match v {
+                0 => (u64::from(me) << 32) | 1,
+                v if (v >> 32) as u32 == me => v + 1,
+                _ => return Ok(false),
+            };
+            if h.compare_exchange(v, next, SeqCst, SeqCst).is_ok() {
+                return Ok(true);
+            }
+        }
+    }
+    pub(crate) fn release(&self, slot: u32, me: u32) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let h = &self.holders[slot as usize];
+        loop {
+            let v = h.load(SeqCst);
+            if v == 0 || (v >> 32) as u32 != me {
+                return;
+            }
+            let next = if v & 0xffff_ffff == 1 { 0 } else { v - 1 };
+            if h.compare_exchange(v, next, SeqCst, SeqCst).is_ok() {
+                return;
+            }
+        }
+    }
+    pub(crate) fn is_held_by_other(&self, slot: u32, me: u32) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let v = self.holders[slot as usize].load(SeqCst);
+        v != 0 && (v >> 32) as u32 != me
+    }
+    pub(crate) fn process_gone(&self, pid: u32) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::SeqCst) & (1 << pid) != 0
+    }
+    /// Process `pid` dies: the kernel drops its locks; it no longer exists.
+    #[cfg(test)]
+    pub(crate) fn kill(&self, pid: u32) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.gone.fetch_or(1 << pid, SeqCst);
+        for h in &self.holders {
+            let v = h.load(SeqCst);
+            if v != 0 && (v >> 32) as u32 == pid {
+                let _ = h.compare_exchange(v, 0, SeqCst, SeqCst);
+            }
+        }
     }
 }

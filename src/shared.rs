@@ -2,8 +2,12 @@
 //!
 //! It lives in one anonymous shared mapping made when the group is built, so that threads and
 //! processes forked afterwards all see the same memory (on systems without `fork`, a plain heap
-//! allocation). Everything in it is an atomic, updated with compare-and-swap and never under a
-//! lock: a member killed at any instant must not leave the others stuck behind a lock it held.
+//! allocation). Everything in it is an atomic and nothing in it is guarded by a lock: a member
+//! killed at any instant must not leave the others stuck behind a lock it held. The member
+//! slots ([`MemberSlot`]) belong to the member table (`crate::members`), which alone changes a
+//! slot's state, by compare-and-swap on one word per slot; its statistics are counters any
+//! member adds to. The sources' fields are the emulation's token protocol (`emulated/token.rs`
+//! says which of them change by compare-and-swap and which are plain stores, and why).
 
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -20,46 +24,10 @@ pub(crate) const MAX_SOURCES: usize = 64;
 #[cfg(loom)]
 pub(crate) const MAX_SOURCES: usize = 1;
 
-/// The life of a member slot.
-pub(crate) mod state {
-    /// Never used.
-    pub const FREE: u32 = 0;
-    /// Joined, inside `wait` (or about to be).
-    pub const IDLE: u32 = 1;
-    /// Joined, handling an event (outside `wait`).
-    pub const BUSY: u32 = 2;
-    /// Left cleanly; its statistics stay readable.
-    pub const LEFT: u32 = 3;
-    /// Its process died without leaving; found and cleared by another member.
-    pub const DEAD: u32 = 4;
-    /// Its process died; another member is clearing out what it held.
-    pub const REAPING: u32 = 5;
-}
-
-/// One member's slot.
-#[repr(C)]
-pub(crate) struct MemberSlot {
-    /// One of [`state`]. FREE → IDLE ⇄ BUSY → LEFT | REAPING → DEAD; LEFT and DEAD may be
-    /// joined again.
-    pub state: AtomicU32,
-    /// The process of the member (0 while FREE).
-    pub pid: AtomicU32,
-    /// Set by a `Notifier`, cleared by the member's next `wait` that sees it.
-    pub notified: AtomicU32,
-    /// How many members have joined into this slot: a `Notifier` of an earlier one stays quiet.
-    pub generation: AtomicU32,
-    /// Non-zero while the member spins briefly for a release instead of sleeping (emulation):
-    /// whoever would ring its door bell leaves it, since the member is looking anyway.
-    pub spinning: AtomicU32,
-    /// Times the member's kernel wait returned.
-    pub wakeups: AtomicU64,
-    /// Events handed to the member's caller.
-    pub events: AtomicU64,
-    /// Wake-ups for readiness that left nothing to hand over (another member had it).
-    pub empty_wakeups: AtomicU64,
-    /// Wake-ups that only carried the emulation's token (no event, no notification).
-    pub token_wakeups: AtomicU64,
-}
+/// The states of a member slot (read-only here: `crate::members` alone changes them).
+#[allow(unused_imports)]
+pub(crate) use crate::members::state;
+pub(crate) use crate::members::MemberSlot;
 
 /// Words in a source's member bitmap (one bit per possible member).
 #[cfg(not(loom))]
@@ -248,19 +216,7 @@ impl Memory {
                 members: std::array::from_fn(|_| zero64()),
             }),
         };
-        let members = (0..capacity)
-            .map(|_| MemberSlot {
-                state: zero32(),
-                pid: zero32(),
-                notified: zero32(),
-                generation: zero32(),
-                spinning: zero32(),
-                wakeups: zero64(),
-                events: zero64(),
-                empty_wakeups: zero64(),
-                token_wakeups: zero64(),
-            })
-            .collect();
+        let members = (0..capacity).map(|_| MemberSlot::zeroed()).collect();
         Ok(Memory {
             header: Box::new(header),
             members,
@@ -310,16 +266,6 @@ impl SharedState {
         self.header().high.load(SeqCst)
     }
 
-    /// If member `m` belongs to another process that has died (its liveness mark is gone)
-    /// while the slot still says it is joined, the state the slot was seen in.
-    pub(crate) fn dead_member(&self, m: u32, live: &crate::liveness::Liveness) -> Option<u32> {
-        let slot = self.member(m);
-        let seen = slot.state.load(SeqCst);
-        let pid = slot.pid.load(SeqCst);
-        let joined = seen == state::IDLE || seen == state::BUSY;
-        (joined && pid != std::process::id() && !live.is_alive(m, pid)).then_some(seen)
-    }
-
     /// Have members of more than one process joined?
     pub(crate) fn spans_processes(&self) -> bool {
         self.header().spans_processes.load(SeqCst) != 0
@@ -335,44 +281,6 @@ impl SharedState {
 
     pub(crate) fn source(&self, index: usize) -> &SourceSlot {
         &self.header().sources[index]
-    }
-
-    /// Takes a slot for a new member: a never-used one first, then one whose member is gone.
-    pub(crate) fn claim_slot(&self, pid: u32) -> Result<u32> {
-        for wanted in [state::FREE, state::LEFT, state::DEAD] {
-            for i in 0..self.capacity() {
-                let slot = self.member(i);
-                if slot
-                    .state
-                    .compare_exchange(wanted, state::BUSY, SeqCst, SeqCst)
-                    .is_ok()
-                {
-                    for c in [
-                        &slot.wakeups,
-                        &slot.events,
-                        &slot.empty_wakeups,
-                        &slot.token_wakeups,
-                    ] {
-                        c.store(0, SeqCst);
-                    }
-                    slot.notified.store(0, SeqCst);
-                    // A member killed while it spun leaves the flag set: its successor in the
-                    // slot must get its door bell rung.
-                    slot.spinning.store(0, SeqCst);
-                    slot.generation.fetch_add(1, SeqCst);
-                    slot.pid.store(pid, SeqCst);
-                    self.header().high.fetch_max(i + 1, SeqCst);
-                    let first = &self.header().first_pid;
-                    if let Err(other) = first.compare_exchange(0, pid, SeqCst, SeqCst) {
-                        if other != pid {
-                            self.header().spans_processes.store(1, SeqCst);
-                        }
-                    }
-                    return Ok(i);
-                }
-            }
-        }
-        Err(Error::GroupFull { max: self.capacity })
     }
 
     /// Finds or takes the source slot of the open file `id` (non-zero). Lock-free: two members
@@ -396,30 +304,5 @@ impl SharedState {
 impl Drop for SharedState {
     fn drop(&mut self) {
         self.memory.free(self.capacity);
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// A slot is claimed clean: a member that died while it spun must not leave its
-    /// successor's door bell silenced, nor a notification behind.
-    #[test]
-    fn a_reclaimed_slot_starts_clean() {
-        let shared = SharedState::new(1).unwrap();
-        let m = shared.claim_slot(1).unwrap();
-        let slot = shared.member(m);
-        slot.spinning.store(1, SeqCst);
-        slot.notified.store(1, SeqCst);
-        slot.state.store(state::DEAD, SeqCst);
-        assert_eq!(
-            shared.claim_slot(2).unwrap(),
-            m,
-            "the dead member's slot is reused"
-        );
-        assert_eq!(slot.spinning.load(SeqCst), 0);
-        assert_eq!(slot.notified.load(SeqCst), 0);
-        assert_eq!(slot.pid.load(SeqCst), 2);
     }
 }

@@ -16,8 +16,8 @@ use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
 use crate::group::{Backend, GroupInner};
 use crate::interest::{Events, Interest};
+use crate::members::Membership;
 use crate::platform::{NativeNotifier, NativeWaiter};
-use crate::shared::state;
 use crate::source::{raw_of, AsSource};
 
 /// The backend-specific half of a waiter.
@@ -56,6 +56,8 @@ pub struct Waiter {
     group: Arc<GroupInner>,
     member: u32,
     pid: u32,
+    /// This member's occupancy of its slot, which its state changes are made against.
+    membership: Membership,
     /// Dropped by hand: a copy inherited across `fork` must not run the destructors, which
     /// would change kernel objects the parent still uses (a shared epoll instance).
     engine: ManuallyDrop<Engine>,
@@ -76,29 +78,30 @@ impl Waiter {
         let pid = std::process::id();
         // Slots of members whose process died are cleared out first, so they can be reused.
         group.reap_dead_members();
-        let member = group.shared.claim_slot(pid)?;
-        let slot = group.shared.member(member);
-        if let Err(e) = group.live.hold(member) {
-            slot.state.store(state::LEFT, SeqCst);
-            return Err(e);
-        }
+        // JOINING: the slot is ours, with our liveness lock and pid in place, but it does not
+        // count as joined (nor can it be reaped) until it is published.
+        let claim = group.members().claim(pid)?;
+        let membership = claim.membership();
+        let member = membership.member;
         let engine = match group.backend {
-            Backend::Emulated => EmulatedWaiter::new(&group, member).map(Engine::Emulated),
+            Backend::Emulated => EmulatedWaiter::new(&group, membership).map(Engine::Emulated),
             _ => NativeWaiter::new(group.rotate_every).map(Engine::Native),
         };
-        match engine {
-            Ok(engine) => Ok(Waiter {
-                group,
-                member,
-                pid,
-                engine: ManuallyDrop::new(engine),
-            }),
+        let engine = match engine {
+            Ok(engine) => engine,
             Err(e) => {
-                group.live.release(member);
-                slot.state.store(state::LEFT, SeqCst);
-                Err(e)
+                group.members().abandon(claim);
+                return Err(e);
             }
-        }
+        };
+        group.members().publish(claim)?;
+        Ok(Waiter {
+            group,
+            member,
+            pid,
+            membership,
+            engine: ManuallyDrop::new(engine),
+        })
     }
 
     /// This member's slot in the group, as in [`MemberStats::member`](crate::MemberStats).
@@ -319,18 +322,19 @@ impl Drop for Waiter {
             // leak the engine rather than let it touch the parent's kernel objects.
             return;
         }
+        // LEAVING: no reaper touches the slot while this member hands on what it holds.
+        let members = self.group.members();
+        let ours = members.begin_leave(&self.membership);
         if let Engine::Emulated(e) = &mut *self.engine {
             e.leave(&self.group);
         }
         // SAFETY: dropped once, here, and never used again.
         unsafe { ManuallyDrop::drop(&mut self.engine) };
-        self.group.live.release(self.member);
-        // Last: from here on another member may join into this slot.
-        self.group
-            .shared
-            .member(self.member)
-            .state
-            .store(state::LEFT, SeqCst);
+        // LEFT, and only then is the liveness lock dropped: from here on another member may
+        // join into this slot.
+        if ours {
+            members.finish_leave(&self.membership);
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The emulation wakes a member for two reasons: it has been handed the token and must start
 //! watching the group's exclusive descriptors, or a `Notifier` wants its `wait` to return. On
-//! Unix each slot has a non-blocking pipe made when the group is built, so members forked later
-//! can ring each other; the member adds the read end to its own poller. On other systems
+//! Unix each slot has a non-blocking, close-on-exec pipe made when the group is built (with
+//! `pipe2` where the OS has it, so that no exec in another thread inherits it), so members
+//! forked later can ring each other; the member adds the read end to its own poller. On other systems
 //! (Windows: threads only) a bell is the member's `polling::Poller::notify`; under the model
 //! checker (`--cfg loom`), a flag.
 
@@ -25,14 +26,7 @@ pub(crate) struct Doorbells {
 impl Doorbells {
     pub(crate) fn new(slots: usize) -> Result<Doorbells> {
         let pipes = (0..slots)
-            .map(|_| {
-                let (r, w) = nix::unistd::pipe()
-                    .map_err(|e| Error::io("creating a door bell pipe", e.into()))?;
-                for fd in [&r, &w] {
-                    set_flags(fd).map_err(|e| Error::io("configuring a door bell pipe", e))?;
-                }
-                Ok((r, w))
-            })
+            .map(|_| bell_pipe().map_err(|e| Error::io("creating a door bell pipe", e)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Doorbells { pipes })
     }
@@ -59,12 +53,79 @@ impl Doorbells {
     }
 }
 
-#[cfg(all(unix, not(loom)))]
-fn set_flags(fd: &OwnedFd) -> std::io::Result<()> {
+/// A non-blocking, close-on-exec pipe, made so in one step where the OS has `pipe2`: a fork
+/// and exec in another thread at that moment cannot inherit it.
+#[cfg(all(
+    unix,
+    not(loom),
+    any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "dragonfly",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "illumos",
+        target_os = "solaris"
+    )
+))]
+fn bell_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?)
+}
+
+/// A non-blocking, close-on-exec pipe (no `pipe2` here, macOS: flags set right after).
+#[cfg(all(
+    unix,
+    not(loom),
+    not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "dragonfly",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "illumos",
+        target_os = "solaris"
+    ))
+))]
+fn bell_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
-    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
-    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-    Ok(())
+    let (r, w) = nix::unistd::pipe()?;
+    for fd in [&r, &w] {
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    Ok((r, w))
+}
+
+#[cfg(all(test, unix, not(loom)))]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    /// Both ends of every bell are non-blocking (a full bell never blocks its ringer) and
+    /// close-on-exec (a program exec'd by a member does not inherit them).
+    #[test]
+    fn bells_are_non_blocking_and_close_on_exec() {
+        let bells = super::Doorbells::new(3).unwrap();
+        for (r, w) in &bells.pipes {
+            for fd in [r.as_raw_fd(), w.as_raw_fd()] {
+                // SAFETY: fcntl reads the flags of our own descriptor.
+                let (fl, fd_flags) = unsafe {
+                    (
+                        libc::fcntl(fd, libc::F_GETFL),
+                        libc::fcntl(fd, libc::F_GETFD),
+                    )
+                };
+                assert_ne!(fl & libc::O_NONBLOCK, 0, "a blocking bell");
+                assert_ne!(
+                    fd_flags & libc::FD_CLOEXEC,
+                    0,
+                    "a bell inherited across exec"
+                );
+            }
+        }
+    }
 }
 
 /// The door bells of every slot of one group: each member's poller, for its `notify`.

@@ -5,7 +5,8 @@
 //! descriptors are in its poller only while it holds their token and their last event has been
 //! consumed (`token` has the protocol); a `sync` before every kernel wait makes the poller match
 //! that rule. So one readiness event wakes one member, members take events in turn, and a
-//! member killed mid-run is cleared out by another (see `crate::liveness`).
+//! member killed mid-run is cleared out by another (see `crate::liveness` and `crate::members`;
+//! on Linux its death wakes the member that depends on it at once, see `deathwatch`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder → `pass` hands the token to the next idle member → the event goes to
@@ -17,6 +18,7 @@
 //! and both spin for their turn instead of sleeping, so the hand-off puts no kernel wake-up on
 //! the critical path. Otherwise `release` rings the new leader.
 
+mod deathwatch;
 mod doorbell;
 mod token;
 
@@ -30,7 +32,8 @@ use polling::{PollMode, Poller};
 use crate::error::{Error, RawSource, Result};
 use crate::group::GroupInner;
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
-use crate::shared::state;
+use crate::members::{Life, Membership};
+use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
 
@@ -92,6 +95,8 @@ struct Candidate {
 /// One member's emulated half.
 pub(crate) struct EmulatedWaiter {
     me: u32,
+    /// This member's occupancy of slot `me`: its IDLE/BUSY changes are made against it.
+    membership: Membership,
     poller: Arc<Poller>,
     /// Registered descriptors by number.
     registrations: HashMap<RawSource, Registration>,
@@ -110,10 +115,15 @@ pub(crate) struct EmulatedWaiter {
     candidates: Vec<Candidate>,
     /// `sync`'s list of poller changes, kept to save an allocation per wait.
     changes: Vec<(RawSource, bool)>,
+    /// The processes this member depends on, whose deaths it waits on (see `deathwatch`).
+    deaths: Box<DeathWatch>,
+    /// Their pids, found before each kernel wait (kept to save an allocation per wait).
+    depends_on: Vec<u32>,
 }
 
 impl EmulatedWaiter {
-    pub(crate) fn new(group: &GroupInner, me: u32) -> Result<EmulatedWaiter> {
+    pub(crate) fn new(group: &GroupInner, membership: Membership) -> Result<EmulatedWaiter> {
+        let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
         let emu = group.emulation.as_ref().expect("emulated group");
@@ -134,6 +144,7 @@ impl EmulatedWaiter {
         emu.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
             me,
+            membership,
             poller,
             registrations: HashMap::new(),
             next_seq: 0,
@@ -145,6 +156,8 @@ impl EmulatedWaiter {
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
             changes: Vec::new(),
+            deaths: Box::default(),
+            depends_on: Vec::new(),
         })
     }
 
@@ -333,18 +346,22 @@ impl EmulatedWaiter {
     ) -> Result<usize> {
         let tk = token(group);
         let me = self.me;
-        let slot = group.shared.member(me);
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Coming back to wait: what was handed out last time has been consumed.
         while let Some((s, _)) = self.holding.pop() {
             tk.release(s, me);
         }
-        slot.state.store(state::IDLE, SeqCst);
+        // Through the member table, against this occupancy: a slot being reaped stays reaped.
+        if !group.members().go_idle(&self.membership) {
+            return Err(crate::members::lost_slot());
+        }
         let result = self.wait_idle(&tk, events, deadline);
         // Going busy: pass on every token this member has, so the group keeps listening, and go
         // to the back of the lines where it is due.
-        slot.state.store(state::BUSY, SeqCst);
+        if !group.members().go_busy(&self.membership) {
+            return Err(crate::members::lost_slot());
+        }
         for &s in &self.sources {
             let to_back = self.to_back.contains(&s);
             if to_back || tk.shared.source(s).leader.load(SeqCst) == me {
@@ -372,11 +389,27 @@ impl EmulatedWaiter {
             // Just started watching a source: look once without sleeping, to learn whether
             // it has a backlog (see `Token::spinning_pays`).
             let probe = self.sync(tk)?;
-            let must_check = self.sources.iter().any(|&s| tk.must_check(s, me));
+            // The processes this member depends on: their deaths wake it (a pidfd in its
+            // poller, on Linux), and the periodic check stays as the fallback.
+            self.depends_on.clear();
+            for &s in &self.sources {
+                if let Some(pid) = tk.dependency_pid(s, me) {
+                    if !self.depends_on.contains(&pid) {
+                        self.depends_on.push(pid);
+                    }
+                }
+            }
+            let must_check = !self.depends_on.is_empty();
+            let by_event = must_check && self.deaths.watch(&self.poller, &self.depends_on);
+            if self.deaths.take_check_now() {
+                for &s in &self.sources {
+                    tk.check(s, me);
+                }
+            }
             let sweep = !self.sources.is_empty() && tk.shared.spans_processes();
             let check_every = match (must_check, sweep) {
-                (true, _) => Some(LIVENESS_CHECK),
-                (false, true) => Some(LIVENESS_SWEEP),
+                (true, _) if !by_event => Some(LIVENESS_CHECK),
+                (true, _) | (false, true) => Some(LIVENESS_SWEEP),
                 (false, false) => None,
             };
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -399,6 +432,16 @@ impl EmulatedWaiter {
             self.poller
                 .wait(&mut self.raw_events, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
+            let (died, only_deaths) = self.deaths.fired(&self.poller, &self.raw_events);
+            if died {
+                // A process this member depends on ended: clear it out now.
+                for &s in &self.sources {
+                    tk.check(s, me);
+                }
+                if only_deaths {
+                    continue;
+                }
+            }
             if probe {
                 self.note_backlog(tk);
                 if self.raw_events.is_empty() {
@@ -568,6 +611,7 @@ impl EmulatedWaiter {
         for fd in fds {
             self.poller_delete(fd);
         }
+        self.deaths.clear(&self.poller);
         #[cfg(all(unix, not(loom)))]
         let _ = self.poller.delete(tk.bells.watch_end(me));
     }
@@ -690,8 +734,8 @@ fn identify(fd: RawSource) -> Result<u64> {
     Ok((fd as u64).wrapping_add(1).max(1))
 }
 
-/// Clears out member `m` of an emulated group, whose process died while its slot was `seen`.
-pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: u32) {
+/// Clears out member `m` of an emulated group, found dead in word `seen`.
+pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: Life) {
     token(group).reap(m, seen);
 }
 
@@ -707,7 +751,7 @@ pub(crate) struct EmulatedNotifier {
 
 impl EmulatedNotifier {
     pub(crate) fn new(group: Arc<GroupInner>, member: u32) -> EmulatedNotifier {
-        let generation = group.shared.member(member).generation.load(SeqCst);
+        let generation = group.shared.member(member).generation();
         EmulatedNotifier {
             group,
             member,
@@ -717,7 +761,7 @@ impl EmulatedNotifier {
 
     pub(crate) fn notify(&self) -> Result<()> {
         let slot = self.group.shared.member(self.member);
-        if slot.generation.load(SeqCst) != self.generation {
+        if slot.generation() != self.generation {
             return Ok(()); // the member left: there is nobody to wake
         }
         slot.notified.store(1, SeqCst);

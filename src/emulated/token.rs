@@ -13,11 +13,16 @@
 //! `rotate_every = 0` the head stays at slot 0, which reproduces the kernel's monopoly. A member
 //! coming back to `wait` ahead of the leader in line takes the token over.
 //!
-//! All state is in the group's shared memory and changes by compare-and-swap only. Two
-//! store-then-load pairs keep the token from being stranded (SeqCst, Dekker style): a member
-//! going idle stores IDLE then loads the leader, while a leader passing the token loads states
-//! and then stores the leader, and re-checks after; a member releasing a source stores the
-//! holder then loads the leader, while a new leader stores itself then loads the holder.
+//! All state is in the group's shared memory. The token (`leader`) and the claim (`holder`)
+//! change by compare-and-swap; the watcher, the line head, the deputy and the timings are
+//! plain stores (a lost update there costs a check or a hint, never the token). A member's own
+//! state (IDLE, BUSY) changes only through the member table (`crate::members`), by
+//! compare-and-swap against the member's own occupancy of its slot, so that it cannot bring back
+//! a slot being reaped. Two store-then-load pairs keep the token from being stranded (SeqCst,
+//! Dekker style): a member going idle stores IDLE then loads the leader, while a leader passing
+//! the token loads states and then stores the leader, and re-checks after; a member releasing a
+//! source stores the holder then loads the leader, while a new leader stores itself then loads
+//! the holder.
 //!
 //! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
 //! the new leader at once and names its *deputy* (the next idle member after it), which the
@@ -26,18 +31,24 @@
 //! (`wake`), and the member stores "not spinning" before it reads the shared state one last time
 //! and sleeps. The deputy and the timings are hints only.
 //!
-//! Liveness: a dead leader or holder is noticed by the member that last passed the token (the
-//! *watcher*) or by the leader, which then wait with a short timeout, but only when the member
-//! they depend on is in another process; threads of one process never poll.
+//! Liveness: a dead leader or holder is noticed by the member that depends on it, the one that
+//! last passed the token (the *watcher*) or the leader waiting for the holder, but only when
+//! that member is in another process; threads of one process never check. On Linux the
+//! dependent member waits on the other process's death as an event (a pidfd in its poller, see
+//! `deathwatch`); elsewhere, and as the fallback, it wakes every `LIVENESS_CHECK`. The dead
+//! member is cleared out by `reap`, which the member table makes exclusive and, should the
+//! reaper die, resumable by another member.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::doorbell::Doorbells;
 use crate::liveness::Liveness;
-use crate::shared::{state, SharedState, SourceSlot, NONE};
+use crate::members::{Life, Members};
+use crate::shared::{SharedState, SourceSlot, NONE};
 
-/// How often a member that depends on another process checks that it is alive.
+/// How often a member that depends on another process checks that it is alive, when it
+/// cannot wait on that process's death as an event (no pidfd).
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
 /// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.
@@ -135,7 +146,7 @@ impl Token<'_> {
                 return true;
             }
             let due = leader == NONE
-                || (self.shared.member(leader).state.load(SeqCst) == state::IDLE
+                || (self.shared.member(leader).is_idle()
                     && self.line_pos(s, me) < self.line_pos(s, leader));
             if !due {
                 return false;
@@ -168,7 +179,7 @@ impl Token<'_> {
         let watcher = (0..high).find(|&m| {
             m != me
                 && src.has_member(m)
-                && self.shared.member(m).state.load(SeqCst) == state::IDLE
+                && self.shared.member(m).is_idle()
                 && self.shared.member(m).pid.load(SeqCst) != my_pid
         });
         if let Some(w) = watcher {
@@ -186,9 +197,9 @@ impl Token<'_> {
             return None;
         }
         let head = start.unwrap_or_else(|| src.line_head.load(SeqCst)) % high;
-        (0..high).map(|i| (head + i) % high).find(|&m| {
-            m != not && src.has_member(m) && self.shared.member(m).state.load(SeqCst) == state::IDLE
-        })
+        (0..high)
+            .map(|i| (head + i) % high)
+            .find(|&m| m != not && src.has_member(m) && self.shared.member(m).is_idle())
     }
 
     /// Moves the token of `s` away from `from` (leaving, going busy, or dead) to the next idle
@@ -234,7 +245,7 @@ impl Token<'_> {
                     } else {
                         src.deputy.store(NONE, SeqCst);
                     }
-                    if self.shared.member(next).state.load(SeqCst) == state::IDLE {
+                    if self.shared.member(next).is_idle() {
                         return;
                     }
                     from = next; // it went busy meanwhile: pass it on
@@ -257,7 +268,7 @@ impl Token<'_> {
                         {
                             src.watcher.store(from, SeqCst);
                             self.wake(next);
-                            if self.shared.member(next).state.load(SeqCst) == state::IDLE {
+                            if self.shared.member(next).is_idle() {
                                 return;
                             }
                             from = next;
@@ -344,19 +355,17 @@ impl Token<'_> {
             return;
         }
         let watcher = src.watcher.load(SeqCst);
-        let able = |w: u32| {
-            w != NONE
-                && self.shared.member(w).state.load(SeqCst) == state::IDLE
-                && pid(w) != pid(leader)
-        };
+        let able = |w: u32| w != NONE && self.shared.member(w).is_idle() && pid(w) != pid(leader);
         if watcher != me && !able(watcher) {
             let _ = src.watcher.compare_exchange(watcher, me, SeqCst, SeqCst);
         }
     }
 
-    /// Must `me` wake up periodically to check on another process for `s`?
-    pub(crate) fn must_check(&self, s: usize, me: u32) -> bool {
-        self.dependency(s, me).is_some()
+    /// The process `me` depends on for `s` (see `dependency`), whose death it waits on (or
+    /// checks on periodically).
+    pub(crate) fn dependency_pid(&self, s: usize, me: u32) -> Option<u32> {
+        self.dependency(s, me)
+            .map(|m| self.shared.member(m).pid.load(SeqCst))
     }
 
     /// Checks the members `me` depends on for `s` and clears out those that died: the holder
@@ -371,28 +380,28 @@ impl Token<'_> {
         } else {
             [NONE, NONE]
         };
+        let members = Members::new(self.shared, self.live);
+        let my_pid = std::process::id();
         for m in suspects {
             if m == NONE || m == me {
                 continue;
             }
-            if let Some(seen) = self.shared.dead_member(m, self.live) {
+            if let Some(seen) = members.dead(m, my_pid) {
                 self.reap(m, seen);
             }
         }
     }
 
-    /// Clears out member `m`, whose process died while its slot was in state `seen`: frees
-    /// what it held and passes its tokens on. The slot is REAPING meanwhile, so that nobody
-    /// joins into it (or reaps it twice) before it is clean, and DEAD after.
-    pub(crate) fn reap(&self, m: u32, seen: u32) {
-        let slot = self.shared.member(m);
-        if slot
-            .state
-            .compare_exchange(seen, state::REAPING, SeqCst, SeqCst)
-            .is_err()
-        {
+    /// Clears out member `m`, found dead in word `seen` (or found REAPING by a reaper that
+    /// died): frees what it held and passes its tokens on. The member table keeps the slot
+    /// REAPING by this process meanwhile, so that nobody joins into it (or reaps it too) while
+    /// this reaper lives, and makes it DEAD after. The clearing is idempotent: a reap taken
+    /// over from a dead reaper repeats whatever that one had done.
+    pub(crate) fn reap(&self, m: u32, seen: Life) {
+        let members = Members::new(self.shared, self.live);
+        let Some(reap) = members.begin_reap(m, seen, std::process::id()) else {
             return; // it changed since it was found dead: someone else took care of it
-        }
+        };
         for s in 0..crate::shared::MAX_SOURCES {
             let src = self.source(s);
             if src.id.load(SeqCst) == 0 || !src.has_member(m) {
@@ -404,7 +413,7 @@ impl Token<'_> {
                 self.pass(s, m, false);
             }
         }
-        slot.state.store(state::DEAD, SeqCst);
+        members.finish_reap(reap);
     }
 }
 
@@ -433,6 +442,7 @@ fn monotonic_ns() -> u64 {
 #[cfg(all(test, loom))]
 mod model {
     use super::*;
+    use crate::members::state;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -457,7 +467,7 @@ mod model {
             Arc::new(World {
                 shared,
                 bells: Doorbells::new(4).unwrap(),
-                live: Liveness::new().unwrap(),
+                live: Liveness::new(4).unwrap(),
             })
         }
         fn token(&self) -> Token<'_> {
@@ -468,8 +478,15 @@ mod model {
                 rotate_every: 1,
             }
         }
+        /// Member `m` enters (IDLE) or leaves (BUSY) `wait`, through the member table.
         fn set_state(&self, m: u32, st: u32) {
-            self.shared.member(m).state.store(st, SeqCst);
+            let table = Members::new(&self.shared, &self.live);
+            let me = table.occupant(m);
+            let flipped = match st {
+                state::IDLE => table.go_idle(&me),
+                _ => table.go_busy(&me),
+            };
+            assert!(flipped);
         }
         fn leader(&self) -> u32 {
             self.shared.source(0).leader.load(SeqCst)

@@ -17,6 +17,8 @@ mod herd_bench;
 #[cfg(target_os = "linux")]
 mod limits;
 #[cfg(target_os = "linux")]
+mod net;
+#[cfg(target_os = "linux")]
 mod queue;
 #[cfg(target_os = "linux")]
 mod restart;

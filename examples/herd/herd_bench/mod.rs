@@ -5,20 +5,18 @@
 //! robin. Each row reports time, kernel-level wake-ups per message (voluntary context switches
 //! of the waiters), user-level empty wake-ups, and who got what.
 //!
-//! This file holds the command line and the order of the runs; `herd_run.rs` runs one row and
-//! `herd_report.rs` prints the table and writes the JSON and SVG.
+//! This file holds the command line and the order of the runs; `run.rs` runs one row and
+//! `report.rs` prints the table and writes the JSON and SVG.
 
-#[path = "herd_report.rs"]
 mod report;
-#[path = "herd_run.rs"]
-mod rows;
+mod run;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::queue::Workload;
 use report::{Outcome, Report};
-use rows::{Mode, Refusal, RowSpec};
+use run::{Mode, Refusal, RowSpec};
 
 /// Messages per row in the default comparison (per waiter count and mode).
 const DEFAULT_MESSAGES: u64 = 200_000;
@@ -139,7 +137,7 @@ fn compare(
     for (i, (run, spec)) in specs.iter().enumerate() {
         eprint!("herd: [{}/{}] {} ... ", i + 1, specs.len(), spec.label);
         let row_start = Instant::now();
-        let result = rows::run_row(spec);
+        let result = run::run_row(spec);
         match &result {
             Ok(m) => eprintln!(
                 "{:.2} s, {:.2} kernel wake-ups/message",

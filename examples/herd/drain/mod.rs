@@ -8,8 +8,7 @@
 //! fresh process: this program re-executed with a hidden flag) and warm (repeated in one
 //! process, after one discarded warm-up run), and the table says which is which.
 
-#[path = "drain_server.rs"]
-mod drain_server;
+mod server;
 
 use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::fairness::{sketch, Distribution, Spread};
-use drain_server::{Arch, Server};
+use server::{Arch, Server};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 

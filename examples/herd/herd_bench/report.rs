@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::rows::{Measured, Mode, Refusal, RowSpec};
+use super::run::{Measured, Mode, Refusal, RowSpec};
 use super::Workload;
 use crate::fairness::{sketch, Distribution, Spread};
 

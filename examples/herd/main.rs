@@ -15,6 +15,8 @@ mod fairness;
 #[cfg(target_os = "linux")]
 mod herd_bench;
 #[cfg(target_os = "linux")]
+mod json;
+#[cfg(target_os = "linux")]
 mod limits;
 #[cfg(target_os = "linux")]
 mod net;

@@ -215,10 +215,7 @@ pub fn run(args: Args) -> Res<()> {
         print_row(&row);
         rows.push(row);
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
-        println!("\nJSON rows written to {}", path.display());
-    }
+    crate::json::write_rows(args.json.as_deref(), &rows)?;
     Ok(())
 }
 

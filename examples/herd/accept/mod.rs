@@ -29,6 +29,10 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// How long any one step (a registration, a worker's exit, the last accepts) may take.
 const STEP_LIMIT: Duration = Duration::from_secs(10);
 
+/// The default of the list flag of `Args`: every setup the table compares.
+const DEFAULT_SETUPS: &str =
+    "no-flag,exclusive,reuseport,half-migrated,nginx-16,herdless-native,herdless-emulated";
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Forked workers sharing the listener.
@@ -41,12 +45,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2.0)]
     delay_ms: f64,
     /// Setups to run, each a row of the table.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "no-flag,exclusive,reuseport,half-migrated,nginx-16,herdless-native,herdless-emulated"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_SETUPS)]
     setups: Vec<Setup>,
     /// Runs per setup: figures are the mean with min–max; distributions are the last run's.
     #[arg(long, default_value_t = 1)]
@@ -156,12 +155,8 @@ struct RunRow {
 }
 
 pub fn run(args: Args) -> Res<()> {
-    crate::limits::members("--workers", args.workers)?;
-    crate::limits::open_files(
-        "--workers",
-        args.workers,
-        crate::limits::descriptors_for_processes(args.workers),
-    )?;
+    use crate::limits::{descriptors_for_processes as needed, members_and_files};
+    members_and_files("--workers", args.workers, needed)?;
     if args.connections == 0 || args.runs == 0 {
         return Err("--connections and --runs must be at least 1".into());
     }
@@ -181,10 +176,7 @@ pub fn run(args: Args) -> Res<()> {
         print_row(&runs);
         rows.extend(runs);
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
-        println!("\nJSON rows written to {}", path.display());
-    }
+    crate::json::write_rows(args.json.as_deref(), &rows)?;
     Ok(())
 }
 

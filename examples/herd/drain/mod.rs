@@ -31,6 +31,9 @@ const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 const CHILD_LIMIT: Duration = Duration::from_secs(60);
 
+/// The default of the list flag of `Args`: every arch the table compares.
+const DEFAULT_ARCHS: &str = "single-thread,shared,shared-edge,shared-oneshot,exclusive,per-worker,herdless-native,herdless-emulated";
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Client connection counts, one table block each.
@@ -43,12 +46,7 @@ pub struct Args {
     #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
     bytes: u64,
     /// Architectures to run, each a row.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "single-thread,shared,shared-edge,shared-oneshot,exclusive,per-worker,herdless-native,herdless-emulated"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_ARCHS)]
     archs: Vec<Arch>,
     /// Measured runs per configuration, cold and warm each.
     #[arg(long, default_value_t = 2)]
@@ -114,12 +112,8 @@ struct Measurement {
 }
 
 pub fn run(args: Args) -> Res<()> {
-    crate::limits::members("--workers", args.workers)?;
-    crate::limits::open_files(
-        "--workers",
-        args.workers,
-        crate::limits::descriptors_for_threads(args.workers),
-    )?;
+    use crate::limits::{descriptors_for_threads as needed, members_and_files};
+    members_and_files("--workers", args.workers, needed)?;
     if args.fanouts.contains(&0) || args.runs == 0 || args.bytes == 0 {
         return Err("--fanouts, --runs and --bytes must be at least 1".into());
     }
@@ -146,10 +140,7 @@ pub fn run(args: Args) -> Res<()> {
         print_block(&block);
         all.extend(block.into_iter().flatten());
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&all)?)?;
-        println!("\nJSON rows written to {}", path.display());
-    }
+    crate::json::write_rows(args.json.as_deref(), &all)?;
     Ok(())
 }
 

@@ -25,6 +25,9 @@ const DEFAULT_PLAIN_CAP: u64 = 20_000;
 /// From this many waiters up, plain's herd makes every message cost hundreds of wake-ups.
 const HERD_SIZE: usize = 100;
 
+/// The default of the list flag of `Args`: every mode the table compares.
+const DEFAULT_MODES: &str = "plain,native-exclusive,native-rr,emulated-rr";
+
 /// Flags of `herd pipe` and `herd mq`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -45,12 +48,7 @@ pub struct Args {
     /// exclusivity), native-exclusive (raw EPOLLEXCLUSIVE, no rotation), native-rr (herdless
     /// native, rotate every event, one event round robin), emulated-rr (herdless token passing,
     /// likewise).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "plain,native-exclusive,native-rr,emulated-rr"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_MODES)]
     modes: Vec<Mode>,
     /// Busy work per message, in microseconds, after the read (0: none).
     #[arg(long, default_value_t = 0)]

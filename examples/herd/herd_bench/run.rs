@@ -163,9 +163,9 @@ pub fn run_row(spec: &RowSpec) -> Result<Measured, Refusal> {
     let board = board()?;
     board.store(0, SeqCst);
     if spec.processes {
-        run_processes(spec, group.as_ref(), channel, board)
+        run_processes(spec, group.as_ref(), channel)
     } else {
-        run_threads(spec, group.as_ref(), channel, board)
+        run_threads(spec, group.as_ref(), channel)
     }
 }
 
@@ -173,9 +173,9 @@ fn run_threads(
     spec: &RowSpec,
     group: Option<&Group>,
     mut channel: Channel,
-    board: &'static AtomicU64,
 ) -> Result<Measured, Refusal> {
     let watchdog = Watchdog::start(spec, Vec::new());
+    let board = board()?;
     let (result_tx, result_rx) = mpsc::channel::<(usize, Result<Tally, String>)>();
     let (tid_tx, tid_rx) = mpsc::channel::<i32>();
     let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
@@ -230,10 +230,10 @@ fn run_processes(
     spec: &RowSpec,
     group: Option<&Group>,
     mut channel: Channel,
-    board: &'static AtomicU64,
 ) -> Result<Measured, Refusal> {
     let (ready_r, ready_w) = pipe(Blocking::Both)?;
     let (results_r, results_w) = pipe(Blocking::Both)?;
+    let board = board()?;
     let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
     let mut pids = Vec::with_capacity(spec.waiters);
     for index in 0..spec.waiters {

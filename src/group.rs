@@ -8,27 +8,12 @@
 
 use std::sync::Arc;
 
+use crate::contract::{Backend, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
 use crate::emulated::EmulatedGroup;
 use crate::error::{Error, Result};
 use crate::members::Members;
 use crate::shared::SharedState;
 use crate::waiter::Waiter;
-
-/// Which mechanism delivers exclusive, fair wake-ups.
-///
-/// | OS      | `Auto` resolves to | `Native` | `Emulated` |
-/// |---------|--------------------|----------|------------|
-/// | Linux   | `Native` (`EPOLLEXCLUSIVE` + rotation) if the kernel takes the flag, else `Emulated` | yes | yes |
-/// | others  | `Emulated` (token passing over `polling`) | error | yes |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// The best backend this system supports.
-    Auto,
-    /// The kernel's own exclusive wake-ups (Linux `EPOLLEXCLUSIVE`), rotated by delete and re-add.
-    Native,
-    /// Userspace token passing (Leader/Followers) on top of the `polling` crate.
-    Emulated,
-}
 
 /// Builds a [`Group`]. See [`Group::builder`].
 ///
@@ -48,11 +33,6 @@ pub struct GroupBuilder {
     rotate_every: u32,
     max_members: usize,
 }
-
-/// The default number of member slots.
-pub const DEFAULT_MAX_MEMBERS: usize = 64;
-/// The most member slots a group may have.
-pub const MAX_MEMBERS_LIMIT: usize = 4096;
 
 impl GroupBuilder {
     /// Chooses the backend (default [`Backend::Auto`]). Example: see [`GroupBuilder`].

@@ -60,6 +60,7 @@
 
 #![warn(missing_docs)]
 
+mod contract;
 /// Kernel wake-up counters: the lab's measuring tool (`examples/herd`), not part of the API
 /// that herdless promises; hidden from these docs and free to change. Linux counts per thread
 /// (`RUSAGE_THREAD`); other Unix systems per process, which equals the thread's figure only in a
@@ -83,10 +84,9 @@ mod sync;
 pub mod tokio;
 mod waiter;
 
+pub use contract::{Backend, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
 pub use error::{Error, RawSource, Result};
-pub use group::{
-    Backend, Group, GroupBuilder, MemberStats, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT,
-};
+pub use group::{Group, GroupBuilder, MemberStats};
 pub use interest::{Event, Events, Interest};
 pub use source::AsSource;
 pub use waiter::{Notifier, Waiter};

@@ -31,7 +31,7 @@ pub(crate) use crate::members::MemberSlot;
 
 /// Words in a source's member bitmap (one bit per possible member).
 #[cfg(not(loom))]
-pub(crate) const MEMBER_WORDS: usize = crate::group::MAX_MEMBERS_LIMIT / 64;
+pub(crate) const MEMBER_WORDS: usize = crate::contract::MAX_MEMBERS_LIMIT / 64;
 #[cfg(loom)]
 pub(crate) const MEMBER_WORDS: usize = 1;
 

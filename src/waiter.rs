@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
-use crate::group::{Backend, GroupInner};
+use crate::contract::Backend;
+use crate::group::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
 use crate::platform::{NativeNotifier, NativeWaiter};

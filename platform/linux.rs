@@ -18,7 +18,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -311,7 +310,7 @@ impl NativeWaiter {
             if n == 0 {
                 return Ok(0); // timed out
             }
-            slot.wakeups.fetch_add(1, SeqCst);
+            slot.wakeups.add(1);
             let mut notified = false;
             for i in 0..n {
                 let ev = self.buffer[i];
@@ -343,7 +342,7 @@ impl NativeWaiter {
             if !events.is_empty() || notified {
                 return Ok(events.len());
             }
-            slot.empty_wakeups.fetch_add(1, SeqCst);
+            slot.empty_wakeups.add(1);
         }
     }
 

@@ -277,10 +277,10 @@ impl Group {
                     member: i as usize,
                     pid: slot.pid.load(SeqCst),
                     alive: members.is_alive(i, me),
-                    wakeups: slot.wakeups.load(SeqCst),
-                    events: slot.events.load(SeqCst),
-                    empty_wakeups: slot.empty_wakeups.load(SeqCst),
-                    token_wakeups: slot.token_wakeups.load(SeqCst),
+                    wakeups: slot.wakeups.get(),
+                    events: slot.events.get(),
+                    empty_wakeups: slot.empty_wakeups.get(),
+                    token_wakeups: slot.token_wakeups.get(),
                     leader: shared.leads_any(i),
                 })
             })

@@ -80,8 +80,9 @@ impl SourceSlot {
     }
 }
 
-/// The fixed part of the shared state.
-#[repr(C)]
+/// The fixed part of the shared state. Aligned to a cache line, so that its size is a multiple of
+/// 64 and the member slots after it each start a line of their own.
+#[repr(C, align(64))]
 pub(crate) struct Header {
     /// One more than the highest slot ever claimed: members live in `0..high`.
     pub high: AtomicU32,
@@ -116,6 +117,15 @@ struct Memory {
 unsafe impl Send for SharedState {}
 // SAFETY: as above; no `&mut` to the memory is ever handed out.
 unsafe impl Sync for SharedState {}
+
+// The layout `Memory::members` relies on: a member slot is one cache line, and the header's
+// size keeps the slots after it on line boundaries.
+#[cfg(not(loom))]
+const _: () = {
+    assert!(std::mem::size_of::<MemberSlot>() == 64);
+    assert!(std::mem::align_of::<MemberSlot>() == 64);
+    assert!(std::mem::size_of::<Header>() % 64 == 0);
+};
 
 #[cfg(not(loom))]
 fn layout(capacity: usize) -> std::alloc::Layout {
@@ -167,8 +177,9 @@ impl Memory {
     }
 
     fn members(&self, capacity: usize) -> &[MemberSlot] {
-        // SAFETY: `capacity` slots follow the header; MemberSlot's alignment (8) divides the
-        // header's size, a multiple of 8; they live as long as self.
+        // SAFETY: `capacity` slots follow the header; MemberSlot's alignment (64) divides the
+        // header's size, a multiple of 64 (both checked at compile time below); they live as
+        // long as self.
         unsafe {
             std::slice::from_raw_parts(
                 self.ptr

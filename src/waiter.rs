@@ -8,13 +8,12 @@
 //! waiter goes to the back of the line and the group watches the descriptor again.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::Backend;
 use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
-use crate::contract::Backend;
 use crate::group::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
@@ -201,7 +200,7 @@ impl Waiter {
             Engine::Native(n) => n.wait(slot, events, timeout),
             Engine::Emulated(e) => e.wait(&self.group, events, timeout),
         }?;
-        slot.events.fetch_add(n as u64, SeqCst);
+        slot.events.add(n as u64);
         Ok(n)
     }
 

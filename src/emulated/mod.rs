@@ -419,7 +419,7 @@ impl EmulatedWaiter {
             };
             if self.spin_for_release(tk) {
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    slot.wakeups.fetch_add(1, SeqCst);
+                    slot.wakeups.add(1);
                     return Ok(0);
                 }
                 continue;
@@ -458,17 +458,17 @@ impl EmulatedWaiter {
                     return Ok(0);
                 }
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    slot.wakeups.fetch_add(1, SeqCst);
+                    slot.wakeups.add(1);
                     return Ok(0);
                 }
                 if check_every.is_none() {
                     // Woken with nothing: a door bell where bells are the poller's notify.
-                    slot.wakeups.fetch_add(1, SeqCst);
-                    slot.token_wakeups.fetch_add(1, SeqCst);
+                    slot.wakeups.add(1);
+                    slot.token_wakeups.add(1);
                 }
                 continue;
             }
-            slot.wakeups.fetch_add(1, SeqCst);
+            slot.wakeups.add(1);
             let rung = self.collect_candidates(tk);
             if rung {
                 tk.bells.drain(me);
@@ -480,9 +480,9 @@ impl EmulatedWaiter {
                 return Ok(events.len());
             }
             if found_readiness {
-                slot.empty_wakeups.fetch_add(1, SeqCst);
+                slot.empty_wakeups.add(1);
             } else {
-                slot.token_wakeups.fetch_add(1, SeqCst);
+                slot.token_wakeups.add(1);
             }
         }
     }

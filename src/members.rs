@@ -67,6 +67,11 @@
 //! suffice (the pid, counters and membership bits written before must be seen by whoever sees
 //! the new state); they are `SeqCst` too because these transitions are rare, and one ordering
 //! for the whole protocol keeps it checkable by loom without a second argument.
+//!
+//! The slot's statistics (wake-ups, events, empty and token wake-ups) are [`Counter`]s, added to
+//! `Relaxed`: nothing is decided by them, and `Group::member_stats` reads a snapshot. Each slot
+//! is one cache line (`#[repr(align(64))]`), so a member's word and counters, written at every
+//! wait, never share a line with another member's.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 

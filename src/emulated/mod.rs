@@ -19,6 +19,8 @@
 
 mod doorbell;
 mod token;
+#[cfg(all(windows, not(loom)))]
+mod windows;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
@@ -265,6 +267,8 @@ impl EmulatedWaiter {
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
     /// it leads whose last event has been consumed. Returns whether it added any.
     fn sync(&mut self, tk: &Token<'_>) -> Result<bool> {
+        #[cfg(all(windows, not(loom)))]
+        self.forget_closed_sockets(tk);
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
         for (&fd, reg) in &self.registrations {
@@ -401,7 +405,9 @@ impl EmulatedWaiter {
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
             if probe {
                 self.note_backlog(tk);
-                if self.raw_events.is_empty() {
+                // (A notification counts: on Windows the bell is the poller's notify, which
+                // this look consumed without leaving an event.)
+                if self.raw_events.is_empty() && slot.notified.load(SeqCst) == 0 {
                     continue; // nothing yet: now sleep until there is
                 }
             }
@@ -426,7 +432,8 @@ impl EmulatedWaiter {
                 continue;
             }
             slot.wakeups.fetch_add(1, SeqCst);
-            let rung = self.collect_candidates(tk);
+            // On Windows a bell leaves no event to see: look at the flag every time.
+            let rung = self.collect_candidates(tk) || cfg!(windows);
             if rung {
                 tk.bells.drain(me);
             }
@@ -573,6 +580,8 @@ impl EmulatedWaiter {
     }
 
     fn poller_add(&self, fd: RawSource, interest: Interest) -> Result<()> {
+        #[cfg(all(windows, not(loom)))]
+        windows::check_socket(fd)?;
         let mut ev =
             polling::Event::new(fd as usize, interest.is_readable(), interest.is_writable());
         ev.set_priority(interest.is_priority());
@@ -687,6 +696,8 @@ fn is_message_queue(_fd: RawSource) -> bool {
 /// On Windows members are threads of one process: the socket number is the identity.
 #[cfg(windows)]
 fn identify(fd: RawSource) -> Result<u64> {
+    #[cfg(not(loom))]
+    windows::check_socket(fd)?;
     Ok((fd as u64).wrapping_add(1).max(1))
 }
 

@@ -90,7 +90,14 @@ fn closed_while_registered(backend: Backend, interest: Interest) {
     let (rx, tx) = udp_pair();
     waiter.add(&rx, 0, interest).unwrap();
     send_msg(&tx, 42);
-    still_works(&mut waiter, &rx);
+    // Where the poller is poll(2), the closed descriptor is still reported (POLLNVAL) until it
+    // is deleted, which only its number could do now; epoll, kqueue and herdless on Windows
+    // forgot it. So: the new socket's event is there, whatever else is.
+    assert!(
+        wait_keys(&mut waiter, 4).contains(&0),
+        "the waiter stopped working"
+    );
+    assert_eq!(recv_msg(&rx), Some(42), "the queued message was lost");
     waiter.delete(&rx).unwrap();
 }
 

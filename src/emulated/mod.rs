@@ -18,6 +18,8 @@
 //! the critical path. Otherwise `release` rings the new leader.
 
 mod doorbell;
+#[cfg(unix)]
+mod other_unix;
 mod token;
 #[cfg(all(windows, not(loom)))]
 mod windows;
@@ -648,6 +650,13 @@ fn identify(fd: RawSource) -> Result<u64> {
         }
         _ => {}
     }
+    // macOS and the BSDs: a descriptor whose fstat gives no identity (see `other_unix`).
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    if other_unix::has_no_identity(&st) {
+        if let Some(id) = other_unix::identity_without_inode(fd, &st) {
+            return Ok(id);
+        }
+    }
     let mix = |mut x: u64| {
         x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -672,7 +681,11 @@ fn refuse_anonymous(fd: RawSource) -> Result<()> {
     Ok(())
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+/// macOS and the BSDs: what has no identity there (see `other_unix`).
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+use other_unix::refuse_anonymous;
+
+#[cfg(not(unix))]
 fn refuse_anonymous(_fd: RawSource) -> Result<()> {
     Ok(())
 }
@@ -688,6 +701,9 @@ fn is_message_queue(fd: RawSource) -> bool {
     unsafe { libc::fstatfs(fd, &mut fs) == 0 && fs.f_type as i64 == MQUEUE_MAGIC }
 }
 
+/// Elsewhere no queue looks like a regular file: macOS has no POSIX message queues, and a
+/// FreeBSD queue's descriptor (`mq_getfd_np`) is a FIFO-like file with no identity, which
+/// `other_unix` refuses as exclusive.
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 fn is_message_queue(_fd: RawSource) -> bool {
     false
@@ -698,7 +714,7 @@ fn is_message_queue(_fd: RawSource) -> bool {
 fn identify(fd: RawSource) -> Result<u64> {
     #[cfg(not(loom))]
     windows::check_socket(fd)?;
-    Ok((fd as u64).wrapping_add(1).max(1))
+    Ok(fd.wrapping_add(1).max(1))
 }
 
 /// Clears out member `m` of an emulated group, whose process died while its slot was `seen`.

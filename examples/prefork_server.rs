@@ -5,7 +5,7 @@
 //! connections and requests each worker took, so an uneven distribution cannot hide.
 //!
 //! ```text
-//! cargo run --release --example prefork_server -- --workers 4 --port 8080 --seconds 20 &
+//! cargo run --release --example prefork_server -- --workers 4 --port 8080 --seconds 14 &
 //! wrk -t2 -c64 -d10s http://127.0.0.1:8080/
 //! ```
 

@@ -16,6 +16,22 @@ pub type RawSource = std::os::fd::RawFd;
 pub type RawSource = std::os::windows::io::RawSocket;
 
 /// What can go wrong in herdless. Each refusal leaves every registration as it was.
+///
+/// Match on the variant to act on it, or let `?` turn it into a `std::io::Error` (its message
+/// stays the text):
+///
+/// ```
+/// use herdless::{Error, Group};
+/// let group = Group::builder().max_members(1).build()?;
+/// let _first = group.join()?;
+/// match group.join() {
+///     Err(Error::GroupFull { max }) => assert_eq!(max, 1), // GroupBuilder::max_members
+///     other => panic!("expected a full group, got {other:?}"),
+/// }
+/// let io: std::io::Error = Group::builder().max_members(0).build().unwrap_err().into();
+/// assert_eq!(io.kind(), std::io::ErrorKind::InvalidInput);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

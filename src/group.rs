@@ -30,6 +30,17 @@ pub enum Backend {
 }
 
 /// Builds a [`Group`]. See [`Group::builder`].
+///
+/// ```
+/// use herdless::{Backend, Group};
+/// let group = Group::builder()
+///     .backend(Backend::Auto) // Native on Linux, Emulated elsewhere
+///     .rotate_every(1)        // strict turns (the default); 0: the kernel's first-come order
+///     .max_members(500)       // the workers that will join (default 64, at most 4096)
+///     .build()?;
+/// assert_eq!((group.rotate_every(), group.max_members()), (1, 500));
+/// # Ok::<(), herdless::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct GroupBuilder {
     backend: Backend,
@@ -43,7 +54,7 @@ pub const DEFAULT_MAX_MEMBERS: usize = 64;
 pub const MAX_MEMBERS_LIMIT: usize = 4096;
 
 impl GroupBuilder {
-    /// Chooses the backend (default [`Backend::Auto`]).
+    /// Chooses the backend (default [`Backend::Auto`]). Example: see [`GroupBuilder`].
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
         self
@@ -51,14 +62,17 @@ impl GroupBuilder {
 
     /// After a member has been handed `n` events of an exclusive descriptor, it goes to the back
     /// of the line. `0` never rotates (the kernel's raw behaviour: the first idle waiter in
-    /// registration order takes everything); the default `1` is strict turn-taking.
+    /// registration order takes everything); the default `1` is strict turn-taking. Example: see
+    /// [`GroupBuilder`].
     pub fn rotate_every(mut self, n: u32) -> Self {
         self.rotate_every = n;
         self
     }
 
-    /// How many members may join (default 64, at most 4096). The emulation keeps one door bell
-    /// (a pipe) per slot, so each slot costs two descriptors in every member process.
+    /// How many members may join (default 64, at most [`MAX_MEMBERS_LIMIT`], 4096): set it to
+    /// the number of workers you start, or [`Group::join`] fails with [`Error::GroupFull`] for
+    /// the 65th. The emulation keeps one door bell (a pipe) per slot, so each slot costs two
+    /// descriptors in every member process. Example: see [`GroupBuilder`].
     pub fn max_members(mut self, n: usize) -> Self {
         self.max_members = n;
         self
@@ -71,6 +85,8 @@ impl GroupBuilder {
     /// [`Error::BackendUnavailable`] if `Native` was asked for where the kernel has no exclusive
     /// wake-ups; [`Error::InvalidSetting`] for a member count out of range; [`Error::Io`] if the
     /// shared memory or the door bells cannot be made.
+    ///
+    /// Example: see [`GroupBuilder`].
     pub fn build(self) -> Result<Group> {
         if self.max_members == 0 || self.max_members > MAX_MEMBERS_LIMIT {
             return Err(Error::InvalidSetting {
@@ -154,11 +170,15 @@ impl GroupInner {
 /// use herdless::{Backend, Group};
 /// let group = Group::builder().backend(Backend::Emulated).rotate_every(1).build()?;
 /// assert_eq!(group.backend(), Backend::Emulated);
-/// let waiter = group.join()?;
+/// assert_eq!((group.rotate_every(), group.max_members()), (1, 64));
+/// let waiter = group.join()?; // in the thread, or the forked process, that will wait
 /// assert_eq!(group.stats().len(), 1);
 /// drop(waiter);
 /// # Ok::<(), herdless::Error>(())
 /// ```
+///
+/// A whole server, threads and forked workers: `examples/quick_start.rs` (the README's quick
+/// start).
 #[derive(Clone)]
 pub struct Group {
     pub(crate) inner: Arc<GroupInner>,
@@ -197,7 +217,8 @@ pub struct MemberStats {
 }
 
 impl Group {
-    /// Starts building a group: `Backend::Auto`, `rotate_every(1)`, 64 members.
+    /// Starts building a group: `Backend::Auto`, `rotate_every(1)`, 64 members. Example: see
+    /// [`GroupBuilder`].
     pub fn builder() -> GroupBuilder {
         GroupBuilder {
             backend: Backend::Auto,
@@ -206,17 +227,17 @@ impl Group {
         }
     }
 
-    /// The backend in force (`Auto` already resolved).
+    /// The backend in force (`Auto` already resolved). Example: see [`Group`].
     pub fn backend(&self) -> Backend {
         self.inner.backend
     }
 
-    /// The rotation setting the group was built with.
+    /// The rotation setting the group was built with. Example: see [`Group`].
     pub fn rotate_every(&self) -> u32 {
         self.inner.rotate_every
     }
 
-    /// How many members may join.
+    /// How many members may join. Example: see [`Group`].
     pub fn max_members(&self) -> usize {
         self.inner.shared.capacity() as usize
     }
@@ -228,12 +249,34 @@ impl Group {
     ///
     /// [`Error::GroupFull`] when every slot is taken; [`Error::Io`] if the poll instance cannot
     /// be made.
+    ///
+    /// Example: see [`Group`]; with threads and forked workers, `examples/quick_start.rs`.
     pub fn join(&self) -> Result<Waiter> {
         Waiter::join(self.inner.clone())
     }
 
     /// Per-member counters of every member that ever joined, readable from any thread, and from
     /// any process of the group (a parent reads its forked members' figures after they exit).
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::{Events, Group, Interest};
+    /// use std::io::Write;
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// let group = Group::builder().build()?;
+    /// let mut waiter = group.join()?;
+    /// let (mut tx, rx) = UnixStream::pair()?;
+    /// waiter.add(&rx, 0, Interest::READABLE.exclusive())?;
+    /// tx.write_all(b"x")?;
+    /// waiter.wait(&mut Events::default(), Some(Duration::from_secs(5)))?;
+    /// let me = &group.stats()[0];
+    /// assert_eq!((me.member, me.pid, me.alive), (waiter.member(), std::process::id(), true));
+    /// assert_eq!(me.events, 1);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> Vec<MemberStats> {
         let shared = &self.inner.shared;
         (0..shared.capacity())

@@ -14,8 +14,12 @@ pub(crate) const FIRST_RESERVED_KEY: usize = usize::MAX - 1;
 ///
 /// ```
 /// use herdless::Interest;
+/// // A listener or queue shared by the group: one waiter per event, in turn.
 /// let shared = Interest::READABLE.exclusive().one_event_round_robin();
 /// assert!(shared.is_readable() && shared.is_exclusive() && shared.is_one_event_round_robin());
+/// // A connection only this waiter holds: no flag needed.
+/// let own = Interest::READABLE.add(Interest::WRITABLE);
+/// assert!(own.is_writable() && !own.is_exclusive() && !own.is_priority());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Interest {
@@ -54,7 +58,8 @@ impl Interest {
         one_event_round_robin: false,
     };
 
-    /// Also wait for writability (or readability): `READABLE.add(WRITABLE)`.
+    /// Also wait for writability (or readability): `READABLE.add(WRITABLE)`. Example: see
+    /// [`Interest`].
     #[must_use]
     pub const fn add(self, other: Interest) -> Interest {
         Interest {
@@ -66,7 +71,9 @@ impl Interest {
         }
     }
 
-    /// An event on this descriptor wakes exactly one waiter of the group (POLLEXCL).
+    /// An event on this descriptor wakes exactly one waiter of the group (POLLEXCL). After
+    /// such an event, call [`Waiter::consumed`](crate::Waiter::consumed). Example: see
+    /// [`Interest`].
     #[must_use]
     pub const fn exclusive(mut self) -> Interest {
         self.exclusive = true;
@@ -74,30 +81,31 @@ impl Interest {
     }
 
     /// A wait that watches this descriptor returns at most one event, and ready descriptors are
-    /// served in turn (POLLONE).
+    /// served in turn (POLLONE). Example: see [`Interest`].
     #[must_use]
     pub const fn one_event_round_robin(mut self) -> Interest {
         self.one_event_round_robin = true;
         self
     }
 
-    /// Does this interest include readability?
+    /// Does this interest include readability? Example: see [`Interest`].
     pub const fn is_readable(self) -> bool {
         self.readable
     }
-    /// Does this interest include writability?
+    /// Does this interest include writability? Example: see [`Interest`].
     pub const fn is_writable(self) -> bool {
         self.writable
     }
-    /// Does this interest include urgent data?
+    /// Does this interest include urgent data? Example: see [`Interest`].
     pub const fn is_priority(self) -> bool {
         self.priority
     }
-    /// Is this registration exclusive within the group?
+    /// Is this registration exclusive within the group? Example: see [`Interest`].
     pub const fn is_exclusive(self) -> bool {
         self.exclusive
     }
-    /// Does this registration limit each wait to one event, served in turn?
+    /// Does this registration limit each wait to one event, served in turn? Example: see
+    /// [`Interest`].
     pub const fn is_one_event_round_robin(self) -> bool {
         self.one_event_round_robin
     }
@@ -136,21 +144,34 @@ pub struct Event {
 
 /// A reusable buffer of events filled by [`Waiter::wait`](crate::Waiter::wait).
 ///
+/// Make one per waiter and reuse it for every wait. [`Events::default()`] holds up to
+/// [`Events::DEFAULT_CAPACITY`] (1024) events, as `polling`'s does; with
+/// `one_event_round_robin` a wait returns one event whatever the capacity.
+///
 /// ```
 /// let mut events = herdless::Events::with_capacity(16);
 /// assert_eq!(events.capacity(), 16);
-/// assert!(events.is_empty());
+/// assert!(events.is_empty() && events.len() == 0);
+/// for event in events.iter() {
+///     println!("key {} readable {}", event.key, event.readable);
+/// }
 /// events.clear();
+/// assert_eq!(herdless::Events::default().capacity(), 1024);
 /// ```
-#[derive(Debug, Clone, Default)]
+///
+/// A full loop that fills and reads it: see [`Waiter`](crate::Waiter).
+#[derive(Debug, Clone)]
 pub struct Events {
     list: Vec<Event>,
     capacity: usize,
 }
 
 impl Events {
+    /// The capacity of [`Events::default()`].
+    pub const DEFAULT_CAPACITY: usize = 1024;
+
     /// A buffer that receives at most `capacity` events per wait. A capacity of 0 is allowed
-    /// here and refused by `wait` with [`Error::ZeroCapacity`].
+    /// here and refused by `wait` with [`Error::ZeroCapacity`]. Example: see [`Events`].
     pub fn with_capacity(capacity: usize) -> Events {
         Events {
             list: Vec::with_capacity(capacity),
@@ -158,27 +179,27 @@ impl Events {
         }
     }
 
-    /// The events of the last wait.
+    /// The events of the last wait. Example: see [`Events`].
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Event> + '_ {
         self.list.iter().copied()
     }
 
-    /// How many events the last wait returned.
+    /// How many events the last wait returned. Example: see [`Events`].
     pub fn len(&self) -> usize {
         self.list.len()
     }
 
-    /// Did the last wait return no event?
+    /// Did the last wait return no event? Example: see [`Events`].
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
-    /// The most events one wait may return into this buffer.
+    /// The most events one wait may return into this buffer. Example: see [`Events`].
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
-    /// Forgets the events of the last wait.
+    /// Forgets the events of the last wait (`wait` does it too). Example: see [`Events`].
     pub fn clear(&mut self) {
         self.list.clear();
     }
@@ -191,5 +212,13 @@ impl Events {
     pub(crate) fn push(&mut self, event: Event) {
         debug_assert!(self.list.len() < self.capacity);
         self.list.push(event);
+    }
+}
+
+/// A buffer of [`Events::DEFAULT_CAPACITY`] (1024) events, ready for
+/// [`Waiter::wait`](crate::Waiter::wait).
+impl Default for Events {
+    fn default() -> Events {
+        Events::with_capacity(Events::DEFAULT_CAPACITY)
     }
 }

@@ -21,6 +21,16 @@
 //! | macOS, FreeBSD, other BSDs | `Emulated` | token passing over `polling` (kqueue) |
 //! | Windows | `Emulated` | token passing over `polling` (IOCP), sockets, threads only |
 //!
+//! # Using it
+//!
+//! Build a [`Group`] before starting workers ([`GroupBuilder::max_members`]: 64 unless you say
+//! otherwise); in each worker [`Group::join`] it, [`Waiter::add`] the shared, non-blocking
+//! descriptor with [`Interest::exclusive`], then loop: [`Waiter::wait`], one accept or read per
+//! event, [`Waiter::consumed`] at once (its docs say exactly when, and what happens without
+//! it), then the work. Stop threads with a [`Notifier`]; forked workers with a pipe's hang-up.
+//! A whole server, threads and forked workers: `examples/quick_start.rs`, the README's quick
+//! start.
+//!
 //! # Example
 //!
 //! ```
@@ -50,6 +60,12 @@
 
 #![warn(missing_docs)]
 
+/// Kernel wake-up counters: the lab's measuring tool (`examples/herd`), not part of the API
+/// that herdless promises; hidden from these docs and free to change. Linux counts per thread
+/// (`RUSAGE_THREAD`); other Unix systems per process, which equals the thread's figure only in a
+/// single-threaded worker; elsewhere nothing (`None`). `counters::asleep_in_wait` reads
+/// `/proc` and exists on Linux only.
+#[doc(hidden)]
 pub mod counters;
 mod emulated;
 mod error;
@@ -62,6 +78,8 @@ mod platform;
 mod shared;
 mod source;
 mod sync;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 mod waiter;
 
 pub use error::{Error, RawSource, Result};

@@ -33,6 +33,11 @@ enum Engine {
 
 /// One member of a [`Group`](crate::Group): registers descriptors and waits for their events.
 ///
+/// The loop every member runs: [`wait`](Self::wait), read or accept once per event, then
+/// [`consumed`](Self::consumed) at once, then the work. Shared descriptors must be
+/// non-blocking: a wake-up can find nothing. A whole server, threads and forked workers, with
+/// a clean stop: `examples/quick_start.rs` (the README's quick start).
+///
 /// ```
 /// # #[cfg(unix)] {
 /// use herdless::{Backend, Events, Group, Interest};
@@ -102,6 +107,7 @@ impl Waiter {
     }
 
     /// This member's slot in the group, as in [`MemberStats::member`](crate::MemberStats).
+    /// Example: see [`Group::stats`](crate::Group::stats).
     pub fn member(&self) -> usize {
         self.member as usize
     }
@@ -114,6 +120,8 @@ impl Waiter {
     /// [`Error::ReservedKey`], [`Error::InvalidInterest`], [`Error::AlreadyRegistered`],
     /// [`Error::BadDescriptor`] (closed or never opened), [`Error::UnwatchableDescriptor`]
     /// (a regular file or directory), [`Error::ForkedWaiter`]. Nothing changes on error.
+    ///
+    /// Example: see [`Waiter`].
     pub fn add(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
         self.check_process()?;
         interest.validate(key)?;
@@ -130,6 +138,19 @@ impl Waiter {
     /// # Errors
     ///
     /// As [`add`](Self::add), with [`Error::NotRegistered`] for an fd never added.
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::{Group, Interest};
+    /// let group = Group::builder().build()?;
+    /// let mut waiter = group.join()?;
+    /// let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+    /// waiter.add(&a, 1, Interest::READABLE)?;
+    /// waiter.modify(&a, 2, Interest::READABLE.exclusive())?; // new key, now exclusive
+    /// waiter.delete(&a)?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn modify(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
         self.check_process()?;
         interest.validate(key)?;
@@ -145,6 +166,8 @@ impl Waiter {
     /// # Errors
     ///
     /// [`Error::NotRegistered`] for an fd never added, [`Error::ForkedWaiter`].
+    ///
+    /// Example: see [`modify`](Self::modify).
     pub fn delete(&mut self, fd: impl AsSource) -> Result<()> {
         self.check_process()?;
         let raw = raw_of(&fd);
@@ -166,6 +189,8 @@ impl Waiter {
     ///
     /// [`Error::ZeroCapacity`], [`Error::ForkedWaiter`], or [`Error::Io`] if the kernel wait
     /// fails.
+    ///
+    /// Example: see [`Waiter`].
     pub fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<usize> {
         self.check_process()?;
         if events.capacity() == 0 {
@@ -182,10 +207,48 @@ impl Waiter {
     }
 
     /// Says that the readiness of the event with `key` has been consumed (the message read, the
-    /// connection accepted). Call it right after the read or accept and before handling the
-    /// request: only then does the group watch the descriptor again without waking two members
-    /// for one message, and only then does this waiter go to the back of the line. A key with no
-    /// event outstanding is ignored.
+    /// connection accepted). A key with no event outstanding is ignored.
+    ///
+    /// **When.** Once per event of an exclusive descriptor that [`wait`](Self::wait) handed
+    /// out: right after the read or accept, whether it got something or found nothing
+    /// (`WouldBlock`, an empty wake-up), and before handling the request. Then this waiter
+    /// goes to the back of the line (native: delete and re-add) and the group watches the
+    /// descriptor again (emulated: the next token holder re-arms it). Not earlier: a descriptor
+    /// watched again before the message was read would wake a second member for it.
+    ///
+    /// **If you leave it out**, the next `wait` does it for you, so nothing is lost; but until
+    /// then, on the native backend this waiter stays first in line (turns are skewed towards
+    /// it), and under the emulation no other member is handed that descriptor's events (the
+    /// group waits for this member's long work).
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::{Events, Group, Interest};
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// let group = Group::builder().build()?;
+    /// let mut waiter = group.join()?;
+    /// let (mut tx, mut rx) = UnixStream::pair()?;
+    /// rx.set_nonblocking(true)?; // a wake-up may find nothing
+    /// waiter.add(&rx, 0, Interest::READABLE.exclusive().one_event_round_robin())?;
+    /// tx.write_all(b"job")?;
+    /// let mut events = Events::default();
+    /// waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
+    /// for event in events.iter() {
+    ///     let mut buf = [0; 64];
+    ///     let read = rx.read(&mut buf);
+    ///     waiter.consumed(event.key)?; // before the work, also after WouldBlock
+    ///     match read {
+    ///         Ok(n) => assert_eq!(&buf[..n], b"job"), // the work
+    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+    ///         Err(e) => return Err(e.into()),
+    ///     }
+    /// }
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -198,8 +261,34 @@ impl Waiter {
         }
     }
 
-    /// A handle that wakes this waiter's `wait` from another thread (or, for the emulated
-    /// backend, another process of the group).
+    /// A handle that wakes this waiter's `wait` from another thread: the wait returns 0
+    /// events. Works on both backends within the waiter's process. To stop workers in other
+    /// processes (forked), whose notifiers their parent cannot get, register the read end of a
+    /// pipe in every worker (without `exclusive`) and close the write end: the hang-up wakes
+    /// them all, on both backends (`examples/quick_start.rs`). A signal does not end a `wait`.
+    ///
+    /// ```
+    /// use herdless::{Events, Group};
+    /// use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    ///
+    /// let group = Group::builder().build()?;
+    /// let mut waiter = group.join()?;
+    /// let notifier = waiter.notifier();
+    /// let stop = AtomicBool::new(false);
+    /// std::thread::scope(|s| {
+    ///     let worker = s.spawn(|| {
+    ///         let mut events = Events::default();
+    ///         while !stop.load(SeqCst) {
+    ///             waiter.wait(&mut events, None)?; // returns 0 events when notified
+    ///         }
+    ///         Ok::<(), herdless::Error>(())
+    ///     });
+    ///     stop.store(true, SeqCst); // set the flag first, then wake
+    ///     notifier.notify()?;
+    ///     worker.join().unwrap()
+    /// })?;
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
     // Where there is no native backend its arm cannot run; the compiler says so.
     #[cfg_attr(
         not(any(target_os = "linux", target_os = "android")),
@@ -270,7 +359,7 @@ impl std::fmt::Debug for Notifier {
 }
 
 impl Notifier {
-    /// Wakes the waiter.
+    /// Wakes the waiter. Example: see [`Waiter::notifier`].
     ///
     /// # Errors
     ///

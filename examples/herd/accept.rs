@@ -1,8 +1,9 @@
-//! `herd accept`: seed 000's accept-distribution rig. W forked workers wait on one shared
+//! `herd accept`: the rig of the accept-distribution experiment ("one worker took 497 of
+//! 500"). W forked workers wait on one shared
 //! loopback listener, each with its own poll instance, registering in an order the parent
 //! dictates; the parent makes C connections D ms apart and every worker counts its wake-ups,
-//! accepts and empty wake-ups. Each setup is a row: the raw kernel behaviours of the seed (no
-//! flag: every worker is woken, and the seed saw the last registrant win; `EPOLLEXCLUSIVE`: the
+//! accepts and empty wake-ups. Each setup is a row: the raw kernel behaviours of that experiment (no
+//! flag: every worker is woken, and the experiment saw the last registrant win; `EPOLLEXCLUSIVE`: the
 //! first registrant takes everything; half migrated; nginx's DEL + ADD every 16;
 //! `SO_REUSEPORT`) next to herdless, native and emulated.
 //! The table shows who got what, because that is what the flag silently gets wrong.
@@ -157,8 +158,14 @@ struct RunRow {
 }
 
 pub fn run(args: Args) -> Res<()> {
-    if args.workers == 0 || args.connections == 0 || args.runs == 0 {
-        return Err("--workers, --connections and --runs must be at least 1".into());
+    crate::limits::members("--workers", args.workers)?;
+    crate::limits::open_files(
+        "--workers",
+        args.workers,
+        crate::limits::descriptors_for_processes(args.workers),
+    )?;
+    if args.connections == 0 || args.runs == 0 {
+        return Err("--connections and --runs must be at least 1".into());
     }
     if args.kill_front_at.is_some_and(|k| k >= args.connections) {
         return Err("--kill-front-at must be below --connections".into());

@@ -1,6 +1,6 @@
 //! One forked worker of `herd accept`: registers the shared listener when the parent says so,
 //! then waits, accepts and counts until the parent's stop byte. The raw setups make exactly the
-//! seeds' system calls (their own epoll, `EPOLLIN`, with or without `EPOLLEXCLUSIVE`, accept
+//! experiments' system calls (their own epoll, `EPOLLIN`, with or without `EPOLLEXCLUSIVE`, accept
 //! until `EAGAIN`, nginx's DEL + ADD every 16 accepts); the herdless setups take one connection
 //! per wake-up and call `consumed` right after the accept, before the work, as a server should.
 

@@ -1,9 +1,10 @@
-//! `herd drain`: seed 001's drain harness, sized for a small machine by flags. Clients connect
+//! `herd drain`: the harness of the drain experiment ("why does one epoll worker take all the
+//! load?"), sized for a small machine by flags. Clients connect
 //! over loopback (the connect storm decides who owns which connection), then together write B
 //! bytes in 1 KiB payloads; the server drains every byte. Each architecture is a row, with the
 //! drain time next to the per-worker distribution of connections and bytes, because a fast or
-//! tight figure means nothing if two workers did all the work. Seed 001 found that a fresh
-//! process spreads connections and a warm one does not, so every configuration runs cold (a
+//! tight figure means nothing if two workers did all the work. The drain experiment found that a
+//! fresh process spreads connections and a warm one does not, so every configuration runs cold (a
 //! fresh process: this program re-executed with a hidden flag) and warm (repeated in one
 //! process, after one discarded warm-up run), and the table says which is which.
 
@@ -114,8 +115,14 @@ struct Measurement {
 }
 
 pub fn run(args: Args) -> Res<()> {
-    if args.fanouts.contains(&0) || args.workers == 0 || args.runs == 0 || args.bytes == 0 {
-        return Err("--fanouts, --workers, --runs and --bytes must be at least 1".into());
+    crate::limits::members("--workers", args.workers)?;
+    crate::limits::open_files(
+        "--workers",
+        args.workers,
+        crate::limits::descriptors_for_threads(args.workers),
+    )?;
+    if args.fanouts.contains(&0) || args.runs == 0 || args.bytes == 0 {
+        return Err("--fanouts, --runs and --bytes must be at least 1".into());
     }
     let client_threads = args
         .client_threads

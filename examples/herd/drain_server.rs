@@ -1,6 +1,6 @@
-//! The servers of `herd drain`: one per architecture of seed 001, all draining every byte their
+//! The servers of `herd drain`: one per architecture of the drain experiment, all draining every byte their
 //! connections bring, on threads. Each worker counts the connections it accepted and the bytes it
-//! read, so the table can show who did the work. The raw architectures make the seed's system
+//! read, so the table can show who did the work. The raw architectures make the experiment's system
 //! calls directly; the herdless ones share only the listener through a group (exclusive, rotated
 //! after every accept) and keep each accepted connection in the accepting worker's own waiter.
 

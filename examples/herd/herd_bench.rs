@@ -1,4 +1,5 @@
-//! The herd benchmark (seed 003): one producer, one shared pipe or POSIX message queue, 1 versus
+//! The herd benchmark (the experiment of the AIX POLLEXCL request): one producer, one shared
+//! pipe or POSIX message queue, 1 versus
 //! 500 waiters, in every mode side by side: the `polling` crate used plainly (the herd), raw
 //! `EPOLLEXCLUSIVE` (the monopoly), herdless native round robin and herdless emulated round
 //! robin. Each row reports time, kernel-level wake-ups per message (voluntary context switches
@@ -29,8 +30,9 @@ const HERD_SIZE: usize = 100;
 /// Flags of `herd pipe` and `herd mq`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Waiter counts to compare, comma-separated; the figures of each are set against the
-    /// smallest.
+    /// Waiter counts to compare, comma-separated, each 1 to herdless::MAX_MEMBERS_LIMIT (4096);
+    /// the figures of each are set against the smallest. The default `1,500` is two counts: 1
+    /// and 500 waiters.
     #[arg(long, value_delimiter = ',', default_value = "1,500")]
     waiters: Vec<usize>,
     /// Messages (8-byte ids) the producer writes per row.
@@ -77,6 +79,9 @@ pub struct Args {
     /// machine-wide change, so off by default; the table says which depth was used.
     #[arg(long)]
     raise_mq_limit: bool,
+    /// Print every column of the table (messages, seconds, msg/s, max−min too).
+    #[arg(long)]
+    wide: bool,
 }
 
 /// `herd pipe` / `herd mq`: one workload with the given flags.
@@ -87,14 +92,15 @@ pub fn run(workload: Workload, args: Args) -> Result<(), Box<dyn std::error::Err
 
 /// `herd` with no subcommand: both workloads, 1 and 500 waiters, every mode, threads, sized to
 /// take about a minute on a 2-core machine.
-pub fn default_comparison() -> Result<(), Box<dyn std::error::Error>> {
+pub fn default_comparison(wide: bool) -> Result<(), Box<dyn std::error::Error>> {
     use clap::Parser;
     #[derive(clap::Parser)]
     struct Defaults {
         #[command(flatten)]
         args: Args,
     }
-    let defaults = Defaults::parse_from(["herd"]).args;
+    let mut defaults = Defaults::parse_from(["herd"]).args;
+    defaults.wide = wide;
     compare(&[Workload::Pipe, Workload::Mq], &defaults, "herd")
 }
 
@@ -104,9 +110,7 @@ fn compare(
     args: &Args,
     name: &str,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    if args.messages == 0 || args.waiters.contains(&0) {
-        return Err("--messages and every --waiters count must be at least 1".into());
-    }
+    validate(args)?;
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/herd");
     let json = args
         .json
@@ -121,7 +125,7 @@ fn compare(
         "herd: {} rows ({} waiters as {}, {} run(s), time cap {} s per row); warm: each row \
          follows the previous one in this process",
         specs.len(),
-        join(&args.waiters),
+        in_words(&args.waiters),
         if args.processes {
             "processes"
         } else {
@@ -142,7 +146,7 @@ fn compare(
                 row_start.elapsed().as_secs_f64(),
                 m.kernel_wakeups as f64 / m.messages as f64
             ),
-            Err(Refusal::Unavailable(why)) => eprintln!("not available: {why}"),
+            Err(Refusal::Unavailable(why)) => eprintln!("DID NOT RUN, not available: {why}"),
             Err(Refusal::Failed(why)) => eprintln!("FAILED: {why}"),
         }
         outcomes.push(Outcome {
@@ -155,7 +159,20 @@ fn compare(
         "herd: all rows took {:.0} s",
         started.elapsed().as_secs_f64()
     );
-    let report = Report::new(outcomes, args.messages, args.processes, args.work_us);
+    let report = Report::new(
+        outcomes,
+        args.messages,
+        args.processes,
+        args.work_us,
+        args.wide,
+    );
+    if report.measured_rows() == 0 {
+        return Err(format!(
+            "none of the {} rows ran (see above): nothing measured, no table, JSON or chart written",
+            specs.len()
+        )
+        .into());
+    }
     report.print_table();
     report.write_json(&json)?;
     report.write_svg(&svg)?;
@@ -164,10 +181,44 @@ fn compare(
         json.display(),
         svg.display()
     );
-    if report.any_failed() {
-        return Err("some rows failed (see above)".into());
+    let missing = report.missing_rows();
+    if missing > 0 {
+        return Err(format!(
+            "{missing} of {} rows did not run (see the table): the comparison is incomplete",
+            specs.len()
+        )
+        .into());
     }
     Ok(())
+}
+
+/// Refuses, before anything runs, settings that cannot give a full table: one line naming the
+/// flag and the limit.
+fn validate(args: &Args) -> Result<(), String> {
+    if args.waiters.is_empty() {
+        return Err("--waiters: give at least one waiter count".into());
+    }
+    for &w in &args.waiters {
+        crate::limits::members("--waiters", w)?;
+    }
+    if args.messages == 0 {
+        return Err("--messages 0: a row must write at least 1 message".into());
+    }
+    if args.modes.is_empty() {
+        return Err("--modes: give at least one mode".into());
+    }
+    if args.time_cap.is_nan() || args.time_cap <= 0.0 {
+        return Err(format!(
+            "--time-cap {}: must be above 0 seconds",
+            args.time_cap
+        ));
+    }
+    let most = args.waiters.iter().copied().max().unwrap_or(1);
+    let needed = match args.processes {
+        true => crate::limits::descriptors_for_processes(most),
+        false => crate::limits::descriptors_for_threads(most),
+    };
+    crate::limits::open_files("--waiters", most, needed)
 }
 
 /// The rows in the order they run: repeats interleaved, so a noisy moment hits every mode.
@@ -214,10 +265,12 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
     specs
 }
 
-fn join(values: &[usize]) -> String {
-    values
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+/// `[1, 500]` as "1 and 500", `[8, 64, 500]` as "8, 64 and 500".
+fn in_words(values: &[usize]) -> String {
+    let words: Vec<String> = values.iter().map(ToString::to_string).collect();
+    match words.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
 }

@@ -89,6 +89,8 @@ struct JsonFile<'a> {
 /// Everything one comparison measured.
 pub struct Report {
     processes: bool,
+    /// Print every column (`--wide`).
+    wide: bool,
     work_us: u64,
     requested: u64,
     rows: Vec<JsonRow>,
@@ -97,9 +99,16 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(outcomes: Vec<Outcome>, requested: u64, processes: bool, work_us: u64) -> Report {
+    pub fn new(
+        outcomes: Vec<Outcome>,
+        requested: u64,
+        processes: bool,
+        work_us: u64,
+        wide: bool,
+    ) -> Report {
         let mut report = Report {
             processes,
+            wide,
             work_us,
             requested,
             rows: Vec::new(),
@@ -165,8 +174,14 @@ impl Report {
         report
     }
 
-    pub fn any_failed(&self) -> bool {
-        self.missing.iter().any(|m| m.available)
+    /// Rows that ran and were measured.
+    pub fn measured_rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Rows that did not run: not available here, or failed.
+    pub fn missing_rows(&self) -> usize {
+        self.missing.len()
     }
 
     /// The figure of the smallest waiter count of the same workload and mode.
@@ -204,6 +219,7 @@ impl Report {
             "Jain",
             "µs/msg vs smallest W",
         ];
+        let header = header.as_slice();
         let mut table: Vec<Vec<String>> = Vec::new();
         let (mut capped, mut timed) = (false, false);
         for line in &self.lines {
@@ -233,7 +249,11 @@ impl Report {
             });
             table.push(vec![
                 line.workload.name().to_string(),
-                line.mode.name().to_string(),
+                // The narrow table has no messages column: the mark goes with the mode.
+                match self.wide {
+                    true => line.mode.name().to_string(),
+                    false => format!("{}{mark}", line.mode.name()),
+                },
                 line.waiters.to_string(),
                 format!("{messages}{mark}"),
                 show(line.spread(|m| m.seconds), 2),
@@ -254,7 +274,7 @@ impl Report {
             let what = if m.available {
                 format!("FAILED: {}", m.reason)
             } else {
-                format!("not available: {}", m.reason)
+                format!("not available: {} (DID NOT RUN)", m.reason)
             };
             let mut row = vec![
                 m.workload.to_string(),
@@ -265,7 +285,31 @@ impl Report {
             row.resize(header.len(), String::new());
             table.push(row);
         }
+        // The default table keeps what tells the story; --wide adds the raw counts.
+        const WIDE_ONLY: [&str; 4] = ["messages", "seconds", "msg/s", "max−min"];
+        let keep: Vec<usize> = (0..header.len())
+            .filter(|&i| self.wide || !WIDE_ONLY.contains(&header[i]))
+            .collect();
+        let header: Vec<&str> = keep.iter().map(|&i| header[i]).collect();
+        let table: Vec<Vec<String>> = table
+            .into_iter()
+            .map(
+                |row| match row[3].starts_with("not available") || row[3].starts_with("FAILED") {
+                    // A row that did not run keeps its reason in the fourth cell.
+                    true => {
+                        let mut r: Vec<String> = row[..3].to_vec();
+                        r.push(row[3].clone());
+                        r.resize(header.len(), String::new());
+                        r
+                    }
+                    false => keep.iter().map(|&i| row[i].clone()).collect(),
+                },
+            )
+            .collect();
         print_markdown(&header, &table);
+        if !self.wide {
+            println!("\n(--wide adds messages, seconds, msg/s and max−min.)");
+        }
         if capped {
             println!("\n\\* fewer messages than asked (--plain-cap): the herd makes each one cost hundreds of wake-ups; figures are per message.");
         }
@@ -311,8 +355,11 @@ impl Report {
         Ok(())
     }
 
-    /// Per workload: µs per message by mode, kernel wake-ups per message by mode (one bar per
-    /// waiter count, log scale), and the per-waiter distribution at the largest waiter count.
+    /// Per workload, read left to right: what the herd costs the kernel (wake-ups per message),
+    /// what each mode costs in time (µs per message), and what that time buys (each waiter's
+    /// share at the largest waiter count). Bars per mode, one per waiter count, log scale;
+    /// modes named for what they are (no flag, the raw flag, herdless); a figure below the
+    /// axis floor is drawn as no bar with its value written at the floor.
     pub fn write_svg(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -330,11 +377,12 @@ impl Report {
             }
         }
         counts.sort_unstable();
-        let height = 380 * workloads.len().max(1) as u32 + 60;
-        let root = SVGBackend::new(path, (1500, height)).into_drawing_area();
+        let height = 400 * workloads.len().max(1) as u32 + 60;
+        let root = SVGBackend::new(path, (1560, height)).into_drawing_area();
         root.fill(&WHITE)?;
         let title = format!(
-            "herd: 1 producer, W waiters ({}), work {} µs/message",
+            "herd: 1 producer, W waiters ({}), work {} µs/message — no flag, the raw flag \
+             (EPOLLEXCLUSIVE), and herdless",
             if self.processes {
                 "processes"
             } else {
@@ -342,8 +390,9 @@ impl Report {
             },
             self.work_us
         );
-        let body = root.titled(&title, ("sans-serif", 24))?;
+        let body = root.titled(&title, ("sans-serif", 22))?;
         let panels = body.split_evenly((workloads.len().max(1), 3));
+        let largest = counts.last().copied().unwrap_or(1);
         for (w, &workload) in workloads.iter().enumerate() {
             let lines: Vec<&Line> = self
                 .lines
@@ -353,21 +402,23 @@ impl Report {
             let name = workload.name();
             bars(
                 &panels[w * 3],
-                &format!("{name}: µs per message (log)"),
-                &lines,
-                &modes,
-                &counts,
-                |l| l.us_per_message().mean,
-            )?;
-            bars(
-                &panels[w * 3 + 1],
-                &format!("{name}: kernel wake-ups per message (log)"),
+                &format!("{name}: the herd — kernel wake-ups per message"),
+                "kernel wake-ups per message (log)",
                 &lines,
                 &modes,
                 &counts,
                 |l| l.kernel_per_message().mean,
             )?;
-            distribution(&panels[w * 3 + 2], name, &lines, &modes, &counts)?;
+            bars(
+                &panels[w * 3 + 1],
+                &format!("{name}: the price — µs per message (buys the shares →)"),
+                "µs per message (log)",
+                &lines,
+                &modes,
+                &counts,
+                |l| l.us_per_message().mean,
+            )?;
+            distribution(&panels[w * 3 + 2], name, &lines, &modes, largest)?;
         }
         root.present()?;
         Ok(())
@@ -396,10 +447,36 @@ fn mode_colour(mode: Mode) -> RGBColor {
     }
 }
 
-/// Grouped bars: one group per mode, one bar per waiter count, log scale.
+/// What the chart calls a mode: which rows are herdless, and which the raw flag.
+fn chart_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Plain => "no flag (herd)",
+        Mode::NativeExclusive => "raw flag",
+        Mode::NativeRr => "herdless native",
+        Mode::EmulatedRr => "herdless emulated",
+    }
+}
+
+/// The chart's legend entry for a mode, with what it is made of.
+fn legend_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Plain => "no flag: every waiter woken (herd)",
+        Mode::NativeExclusive => "raw flag: EPOLLEXCLUSIVE alone",
+        Mode::NativeRr => "herdless native (flag + turns)",
+        Mode::EmulatedRr => "herdless emulated (token passing)",
+    }
+}
+
+/// The lowest value a log axis of the bar panels shows: below it a figure is "none" at this
+/// scale (a single waiter that never sleeps has 0 kernel wake-ups per message).
+const BAR_FLOOR: f64 = 0.01;
+
+/// Grouped bars: one group per mode, one bar per waiter count, log scale. A figure below the
+/// floor gets no bar, only its value written at the floor.
 fn bars(
     area: &Area<'_>,
     caption: &str,
+    y_title: &str,
     lines: &[&Line],
     modes: &[Mode],
     counts: &[usize],
@@ -408,19 +485,18 @@ fn bars(
     let values: Vec<f64> = lines
         .iter()
         .map(|l| figure(l))
-        .filter(|v| *v > 0.0)
+        .filter(|v| *v >= BAR_FLOOR)
         .collect();
-    // Below 0.01 per message is "none" at this scale (a single waiter that never sleeps).
     let smallest = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let low = (smallest.min(1.0) / 2.0).max(0.01);
+    let low = (smallest.min(1.0) / 2.0).max(BAR_FLOOR);
     let high = values.iter().copied().fold(1.0, f64::max) * 3.0;
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 18))
+        .caption(caption, ("sans-serif", 17))
         .margin(12)
-        .x_label_area_size(34)
-        .y_label_area_size(56)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
         .build_cartesian_2d(-0.5f64..modes.len() as f64 - 0.5, (low..high).log_scale())?;
-    let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+    let names: Vec<&str> = modes.iter().map(|&m| chart_name(m)).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -434,19 +510,21 @@ fn bars(
             }
         })
         .y_label_formatter(&|y| format!("{y}"))
+        .y_desc(y_title)
+        .x_desc("a value with no bar is below the axis")
+        .axis_desc_style(("sans-serif", 13))
         .draw()?;
     let width = 0.8 / counts.len().max(1) as f64;
     for (c, &count) in counts.iter().enumerate() {
         let colour = count_colour(c);
         let rects: Vec<Rectangle<(f64, f64)>> = lines
             .iter()
-            .filter(|l| l.waiters == count)
+            .filter(|l| l.waiters == count && figure(l) >= low)
             .filter_map(|l| {
                 let m = modes.iter().position(|&m| m == l.mode)? as f64;
                 let x0 = m - 0.4 + c as f64 * width;
-                let v = figure(l).max(low);
                 Some(Rectangle::new(
-                    [(x0, low), (x0 + width * 0.9, v)],
+                    [(x0, low), (x0 + width * 0.9, figure(l))],
                     colour.filled(),
                 ))
             })
@@ -463,8 +541,14 @@ fn bars(
             let c = counts.iter().position(|&c| c == l.waiters)? as f64;
             let x = m - 0.4 + c * width + width * 0.45;
             let v = figure(l);
+            // Below the axis: no bar, the value itself on the floor ("0" when it rounds to 0).
+            let text = if v >= low || v >= 0.005 {
+                short(v)
+            } else {
+                String::from("0")
+            };
             Some(Text::new(
-                short(v),
+                text,
                 (x, v.max(low) * 1.15),
                 ("sans-serif", 11).into_font().color(&BLACK).pos(
                     plotters::style::text_anchor::Pos::new(
@@ -480,36 +564,55 @@ fn bars(
 }
 
 /// Messages per waiter, sorted from the busiest, as a multiple of the fair share, at the
-/// largest waiter count: flat at 1 is fair, a cliff is a monopoly.
+/// largest waiter count: flat at 1 is fair, a cliff is a monopoly. Waiters that got nothing are
+/// drawn on a labelled floor line, "0 messages".
 fn distribution(
     area: &Area<'_>,
     workload: &str,
     lines: &[&Line],
     modes: &[Mode],
-    counts: &[usize],
+    waiters: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let Some(&waiters) = counts.last() else {
-        return Ok(());
-    };
     let floor = 0.01;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            format!("{workload}: messages per waiter ÷ fair share, W={waiters} (log)"),
-            ("sans-serif", 18),
+            format!("{workload}: what it buys — each waiter's share, W={waiters}"),
+            ("sans-serif", 17),
         )
         .margin(12)
-        .x_label_area_size(34)
-        .y_label_area_size(56)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
         .build_cartesian_2d(
             0f64..waiters.max(2) as f64,
-            (floor..waiters.max(2) as f64 * 2.0).log_scale(),
+            (floor * 0.5..waiters.max(2) as f64 * 4.0).log_scale(),
         )?;
     chart
         .configure_mesh()
-        .x_desc("waiters, busiest first (0 shown at 0.01)")
+        .x_desc("waiters, busiest first")
+        .y_desc("messages ÷ fair share (log; 1 = fair)")
+        .axis_desc_style(("sans-serif", 13))
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y}"))
         .draw()?;
+    // The floor: where a waiter with no message at all is drawn, said in words.
+    let grey = RGBColor(0x60, 0x60, 0x60);
+    chart.draw_series(DashedLineSeries::new(
+        [(0.0, floor), (waiters.max(2) as f64, floor)],
+        4,
+        3,
+        grey.stroke_width(1),
+    ))?;
+    chart.draw_series([Text::new(
+        String::from("0 messages (none) drawn here"),
+        (waiters.max(2) as f64 * 0.98, floor * 1.25),
+        ("sans-serif", 11)
+            .into_font()
+            .color(&grey)
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Right,
+                plotters::style::text_anchor::VPos::Bottom,
+            )),
+    )])?;
     for &mode in modes {
         let Some(line) = lines
             .iter()
@@ -528,7 +631,7 @@ fn distribution(
                     .map(|(i, &c)| (i as f64, (c as f64 / fair).max(floor))),
                 colour.stroke_width(2),
             ))?
-            .label(mode.name())
+            .label(legend_name(mode))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
             });

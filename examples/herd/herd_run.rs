@@ -1,6 +1,6 @@
 //! One row of the herd benchmark: a producer, one shared pipe or message queue, W waiters.
 //!
-//! This is seed 003's experiment. The producer writes 8-byte ids as fast as it can (it blocks
+//! This is the experiment of the AIX POLLEXCL request. The producer writes 8-byte ids as fast as it can (it blocks
 //! when the pipe or queue is full); each waiter waits, reads one message per wake-up, tells
 //! herdless it consumed the readiness, and does the optional busy work. Waiters are threads, or
 //! forked processes that report their figures back through a pipe. The clock starts once every
@@ -428,42 +428,59 @@ fn produce(spec: &RowSpec, channel: &Channel) -> io::Result<Written> {
     })
 }
 
-/// A progress line on stderr, shown only once a row has run for a few seconds.
+/// Progress on stderr, shown only once a row has run for a few seconds: one line rewritten in
+/// place on a terminal, or, when stderr is a log or a pipe (CI), a plain line every few seconds.
 struct Progress<'a> {
     label: &'a str,
     shown: bool,
     last: Duration,
+    terminal: bool,
 }
 
 impl<'a> Progress<'a> {
     const AFTER: Duration = Duration::from_secs(3);
     const EVERY: Duration = Duration::from_secs(1);
+    /// How often a log gets a line.
+    const EVERY_IN_LOG: Duration = Duration::from_secs(5);
 
     fn new(label: &'a str) -> Progress<'a> {
+        use std::io::IsTerminal;
         Progress {
             label,
             shown: false,
             last: Duration::ZERO,
+            terminal: std::io::stderr().is_terminal(),
         }
     }
 
     fn show(&mut self, written: u64, total: u64, elapsed: Duration) {
-        if elapsed >= Self::AFTER && elapsed - self.last >= Self::EVERY {
-            if !self.shown {
-                eprintln!();
-            }
-            eprint!(
-                "\r    {}: {written}/{total} messages written, {:.0} s   ",
-                self.label,
-                elapsed.as_secs_f64()
-            );
-            self.shown = true;
-            self.last = elapsed;
+        let every = if self.terminal {
+            Self::EVERY
+        } else {
+            Self::EVERY_IN_LOG
+        };
+        if elapsed < Self::AFTER || elapsed - self.last < every {
+            return;
         }
+        if !self.shown {
+            eprintln!();
+        }
+        let line = format!(
+            "    {}: {written}/{total} messages written, {:.0} s",
+            self.label,
+            elapsed.as_secs_f64()
+        );
+        if self.terminal {
+            eprint!("\r{line}   ");
+        } else {
+            eprintln!("{line}");
+        }
+        self.shown = true;
+        self.last = elapsed;
     }
 
     fn done(&self) {
-        if self.shown {
+        if self.shown && self.terminal {
             eprintln!();
         }
     }

@@ -1,5 +1,5 @@
 //! herd: the lab of herdless. Reproduces the thundering herd and the EPOLLEXCLUSIVE monopoly
-//! from the source documents and shows, side by side in one run, what herdless does natively and
+//! of the project's specification experiments and shows, side by side in one run, what herdless does natively and
 //! emulated. Every table reports who got what, not only how fast.
 //!
 //! `cargo run --release --example herd` runs the default comparison (pipe and message queue,
@@ -15,7 +15,11 @@ mod fairness;
 #[cfg(target_os = "linux")]
 mod herd_bench;
 #[cfg(target_os = "linux")]
+mod limits;
+#[cfg(target_os = "linux")]
 mod queue;
+#[cfg(target_os = "linux")]
+mod restart;
 #[cfg(target_os = "linux")]
 mod stress;
 
@@ -31,6 +35,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// With no subcommand: print every column of the table.
+    #[arg(long)]
+    wide: bool,
 }
 
 #[cfg(target_os = "linux")]
@@ -40,24 +47,28 @@ enum Command {
     Pipe(herd_bench::Args),
     /// POSIX message-queue workload: as `pipe`, on an mq_open queue.
     Mq(herd_bench::Args),
-    /// Accept distribution over W forked workers sharing one listener (seed 000's rig).
+    /// Accept distribution over W forked workers sharing one listener (the accept-distribution
+    /// experiment).
     Accept(accept::Args),
-    /// Drain throughput of event-loop architectures over loopback (seed 001's harness).
+    /// Drain throughput of event-loop architectures over loopback (the drain experiment).
     Drain(drain::Args),
     /// Nothing lost: every message id read exactly once, through every herdless mode.
     Stress(stress::Args),
+    /// Rolling restart under load: what each setup drops while every worker is restarted.
+    Restart(restart::Args),
 }
 
 #[cfg(target_os = "linux")]
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => herd_bench::default_comparison(),
+        None => herd_bench::default_comparison(cli.wide),
         Some(Command::Pipe(args)) => herd_bench::run(herd_bench::Workload::Pipe, args),
         Some(Command::Mq(args)) => herd_bench::run(herd_bench::Workload::Mq, args),
         Some(Command::Accept(args)) => accept::run(args),
         Some(Command::Drain(args)) => drain::run(args),
         Some(Command::Stress(args)) => stress::run(args),
+        Some(Command::Restart(args)) => restart::run(args),
     };
     if let Err(e) = result {
         eprintln!("herd: {e}");

@@ -1,5 +1,5 @@
 //! Socket-lab plumbing shared by `herd accept` and `herd drain`: listeners (plain or
-//! `SO_REUSEPORT`), a thin raw-epoll handle for the setups that must be exactly the seeds'
+//! `SO_REUSEPORT`), a thin raw-epoll handle for the setups that must be exactly the experiments'
 //! system calls, counters in shared memory that forked workers update and the parent reads, and
 //! the /proc check that a process sleeps in its wait. Kept raw on purpose: the raw setups are the
 //! baseline herdless is measured against, so nothing of herdless may hide in them.
@@ -73,7 +73,7 @@ pub fn accept_one(listener: RawFd) -> io::Result<Option<OwnedFd>> {
     }
 }
 
-/// A raw epoll instance: exactly the seeds' system calls, nothing of herdless in between.
+/// A raw epoll instance: exactly the experiments' system calls, nothing of herdless in between.
 pub struct Epoll {
     fd: OwnedFd,
 }

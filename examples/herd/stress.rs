@@ -17,16 +17,21 @@ use crate::queue::{read_one, Channel, Read, Workload};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Shared descriptors to push messages through.
-    #[arg(long, value_delimiter = ',', default_values_t = [Workload::Pipe, Workload::Mq])]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pipe,mq")]
     workloads: Vec<Workload>,
-    /// Waiting threads (members of the group).
+    /// Waiting threads (members of the group), 1 to herdless::MAX_MEMBERS_LIMIT (4096).
     #[arg(long, default_value_t = 500)]
     waiters: usize,
     /// Message ids pushed through each workload and mode.
     #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
-    /// herdless modes to check (all by default).
-    #[arg(long, value_delimiter = ',', default_values_t = [Mode::NativeRr, Mode::NativeExclusive, Mode::EmulatedRr, Mode::EmulatedExclusive])]
+    /// herdless modes to check, comma-separated (all by default).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "native-rr,native-exclusive,emulated-rr,emulated-exclusive"
+    )]
     modes: Vec<Mode>,
     /// Stop producing after this many seconds per run (what was produced is still checked).
     #[arg(long, default_value_t = 300)]
@@ -105,8 +110,26 @@ struct Row {
     distribution: Distribution,
 }
 
+/// Refuses settings that would make a run that checks nothing, or cannot start.
+fn validate(args: &Args) -> Result<(), String> {
+    crate::limits::members("--waiters", args.waiters)?;
+    if args.messages == 0 {
+        return Err("--messages 0: a run must push at least 1 message id".into());
+    }
+    if args.max_seconds == 0 {
+        return Err("--max-seconds 0: a run must be allowed at least 1 second".into());
+    }
+    crate::limits::open_files(
+        "--waiters",
+        args.waiters,
+        crate::limits::descriptors_for_threads(args.waiters),
+    )
+}
+
 pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    validate(&args)?;
     let mut rows = Vec::new();
+    let mut not_run = 0;
     println!(
         "herd stress: {} waiters, {} message ids per run; every id must be read exactly once",
         args.waiters, args.messages
@@ -120,7 +143,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let row = match check(workload, mode, &args) {
                 Ok(row) => row,
                 Err(e) => {
-                    println!("{workload:<5} {:<19} not available: {e}", mode.name());
+                    println!(
+                        "{:<5} {:<19} DID NOT RUN: {e}",
+                        workload.name(),
+                        mode.name()
+                    );
+                    not_run += 1;
                     continue;
                 }
             };
@@ -138,7 +166,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             rows.push(row);
         }
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = args.json.as_ref().filter(|_| !rows.is_empty()) {
         std::fs::write(
             path,
             serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?,
@@ -148,6 +176,13 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let bad: u64 = rows.iter().map(|r| r.lost + r.duplicated).sum();
     if bad > 0 {
         return Err(format!("{bad} messages lost or duplicated").into());
+    }
+    if not_run > 0 {
+        return Err(format!(
+            "{not_run} of {} runs did not run (see above): nothing is proven for them",
+            not_run + rows.len()
+        )
+        .into());
     }
     println!("0 lost, 0 duplicated in every run");
     Ok(())

@@ -1,0 +1,540 @@
+//! # herdless-c: the C ABI of herdless
+//!
+//! The C middleware that asked for POLLEXCL and POLLONE (seed 003) calls `poll()`; this crate
+//! lets it use herdless without writing Rust. It builds `libherdless_c.so` and
+//! `libherdless_c.a`, and `include/herdless.h` (generated from this code by cbindgen and
+//! checked in) declares everything:
+//!
+//! - the whole contract: make a group with its options, join it, add / modify / delete
+//!   descriptors, wait into a caller's array, say consumed, notify, read the statistics, leave,
+//!   free;
+//! - [`herdless_poll`], a `poll()`-shaped call honouring [`HERDLESS_POLLEXCL`] and
+//!   [`HERDLESS_POLLONE`] in `events`, for code that wants to change one line.
+//!
+//! Errors are negative codes (`HERDLESS_E*`), with [`herdless_strerror`] giving the Rust
+//! error's message. Handles are numbers checked against a registry on every call, so a handle
+//! used after free, freed twice, or used in another process after `fork` is refused with a code;
+//! every pointer is checked for NULL; a panic never crosses into C. The library crate
+//! `herdless` stays a plain Rust library: this package is the only one with a `cdylib`.
+
+// The C names (herdless_group, herdless_event, …) are the ABI.
+#![allow(non_camel_case_types)]
+#![warn(missing_docs)]
+
+mod errors;
+#[cfg(unix)]
+mod poll;
+mod registry;
+
+use std::ffi::c_int;
+use std::time::Duration;
+
+pub use errors::*;
+#[cfg(unix)]
+pub use poll::{herdless_poll, HERDLESS_POLLEXCL, HERDLESS_POLLONE};
+
+use herdless::{Backend, Group, Interest};
+
+use errors::{ffi, Failure};
+
+/// A group: the set of waiters sharing descriptors. A number naming an entry of herdless's
+/// registry, not a pointer; `{0}` is never a valid handle. Valid in a child after `fork` (make
+/// the group before forking workers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct herdless_group {
+    /// The registry's id of the group (kind, slot, generation); opaque.
+    pub id: u64,
+}
+
+/// One member of a group, with its own kernel poll instance: one per thread or process. A
+/// number naming an entry of herdless's registry, not a pointer; `{0}` is never a valid handle.
+/// Usable only in the process that joined.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct herdless_waiter {
+    /// The registry's id of the waiter (kind, slot, generation); opaque.
+    pub id: u64,
+}
+
+/// The best backend this system supports (Linux: native if the kernel takes EPOLLEXCLUSIVE).
+pub const HERDLESS_BACKEND_AUTO: c_int = 0;
+/// The kernel's exclusive wake-ups (Linux EPOLLEXCLUSIVE), rotated by delete and re-add.
+pub const HERDLESS_BACKEND_NATIVE: c_int = 1;
+/// Userspace token passing (Leader/Followers) over the `polling` crate; every OS.
+pub const HERDLESS_BACKEND_EMULATED: c_int = 2;
+
+/// The options of a new group. Fill it with herdless_options_init, then change what you need.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct herdless_options {
+    /// HERDLESS_BACKEND_AUTO (default), HERDLESS_BACKEND_NATIVE or HERDLESS_BACKEND_EMULATED.
+    pub backend: c_int,
+    /// After a member has been handed this many events of an exclusive descriptor it goes to
+    /// the back of the line; 0 never rotates (raw EPOLLEXCLUSIVE); default 1 (strict turns).
+    pub rotate_every: u32,
+    /// How many members may join (default 64, at most 4096). The emulation keeps a pipe per
+    /// member slot.
+    pub max_members: usize,
+}
+
+/// Interest and event bit: readable (or a pending connection, or hung up).
+pub const HERDLESS_READABLE: u32 = 0x1;
+/// Interest and event bit: writable.
+pub const HERDLESS_WRITABLE: u32 = 0x2;
+/// Interest bit: urgent data (EPOLLPRI); not with HERDLESS_EXCLUSIVE.
+pub const HERDLESS_PRIORITY: u32 = 0x4;
+/// Interest bit: an event wakes exactly one waiter of the group (POLLEXCL).
+pub const HERDLESS_EXCLUSIVE: u32 = 0x8;
+/// Interest bit: a wait returns at most one event, ready descriptors served in turn (POLLONE).
+pub const HERDLESS_ONE_EVENT: u32 = 0x10;
+
+/// One event handed out by herdless_wait.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct herdless_event {
+    /// The key given to herdless_add.
+    pub key: usize,
+    /// HERDLESS_READABLE and/or HERDLESS_WRITABLE.
+    pub events: u32,
+}
+
+/// One member's counters, as herdless_stats reports them.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct herdless_member_stats {
+    /// The member's slot in the group (join order, reused after a member is gone).
+    pub member: usize,
+    /// The member's process.
+    pub pid: u32,
+    /// Still joined? (false once it left, or once its process died)
+    pub alive: bool,
+    /// Does it hold the emulation's token of some exclusive descriptor right now?
+    pub leader: bool,
+    /// Times the member's kernel wait returned.
+    pub wakeups: u64,
+    /// Events handed to the member's caller.
+    pub events: u64,
+    /// Wake-ups for readiness someone else had already taken.
+    pub empty_wakeups: u64,
+    /// Wake-ups that only passed the emulation's token (0 for the native backend).
+    pub token_wakeups: u64,
+}
+
+/// A descriptor as this system names it: a file descriptor on Unix.
+#[cfg(unix)]
+pub type herdless_fd = c_int;
+/// A descriptor as this system names it: a SOCKET on Windows.
+#[cfg(windows)]
+pub type herdless_fd = usize;
+
+/// The most events one herdless_wait returns, whatever its `capacity`.
+const MAX_EVENTS_PER_WAIT: usize = 1024;
+
+/// Reads a pointer argument; NULL is refused.
+///
+/// # Safety
+///
+/// `ptr` is NULL or points to a live, aligned T (the documented contract of every entry point).
+unsafe fn non_null<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller's contract above; NULL is refused here.
+    unsafe { ptr.as_ref() }.ok_or_else(|| Failure::null(what))
+}
+
+/// Writes through an out-pointer; NULL is refused.
+///
+/// # Safety
+///
+/// `ptr` is NULL or points to a live, aligned, writable T.
+unsafe fn out<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T, Failure> {
+    // SAFETY: the caller's contract above; NULL is refused here.
+    unsafe { ptr.as_mut() }.ok_or_else(|| Failure::null(what))
+}
+
+/// A C timeout in milliseconds: negative waits for ever.
+pub(crate) fn timeout_of(timeout_ms: c_int) -> Option<Duration> {
+    u64::try_from(timeout_ms).ok().map(Duration::from_millis)
+}
+
+/// Interest bits → Interest.
+fn interest_of(bits: u32) -> Result<Interest, Failure> {
+    const KNOWN: u32 = HERDLESS_READABLE
+        | HERDLESS_WRITABLE
+        | HERDLESS_PRIORITY
+        | HERDLESS_EXCLUSIVE
+        | HERDLESS_ONE_EVENT;
+    if bits & !KNOWN != 0 {
+        return Err(Failure::new(
+            HERDLESS_EINVAL,
+            format!("unknown interest bits {:#x}", bits & !KNOWN),
+        ));
+    }
+    let mut interest = None::<Interest>;
+    for (bit, base) in [
+        (HERDLESS_READABLE, Interest::READABLE),
+        (HERDLESS_WRITABLE, Interest::WRITABLE),
+        (HERDLESS_PRIORITY, Interest::PRIORITY),
+    ] {
+        if bits & bit != 0 {
+            interest = Some(interest.map_or(base, |i| i.add(base)));
+        }
+    }
+    let Some(mut interest) = interest else {
+        return Err(Failure::new(
+            HERDLESS_EINVAL,
+            "neither HERDLESS_READABLE, HERDLESS_WRITABLE nor HERDLESS_PRIORITY: nothing to wait for",
+        ));
+    };
+    if bits & HERDLESS_EXCLUSIVE != 0 {
+        interest = interest.exclusive();
+    }
+    if bits & HERDLESS_ONE_EVENT != 0 {
+        interest = interest.one_event_round_robin();
+    }
+    Ok(interest)
+}
+
+/// Borrows a C descriptor for one registration call.
+#[cfg(unix)]
+fn with_source<R>(
+    fd: herdless_fd,
+    f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> herdless::Result<R>,
+) -> Result<R, Failure> {
+    if fd < 0 {
+        return Err(herdless::Error::BadDescriptor { fd }.into());
+    }
+    // SAFETY: herdless uses the borrowed descriptor only for the registration system calls of
+    // this call, as a number; if the caller closed it, the kernel answers EBADF and herdless
+    // returns BadDescriptor. -1 (the one value borrow_raw forbids) is refused above.
+    let source = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Ok(f(source)?)
+}
+
+/// Borrows a C socket for one registration call.
+#[cfg(windows)]
+fn with_source<R>(
+    fd: herdless_fd,
+    f: impl FnOnce(std::os::windows::io::BorrowedSocket<'_>) -> herdless::Result<R>,
+) -> Result<R, Failure> {
+    let raw = fd as std::os::windows::io::RawSocket;
+    if raw == !0 {
+        return Err(herdless::Error::BadDescriptor { fd: raw }.into());
+    }
+    // SAFETY: as on Unix: used only for this call's registration calls; INVALID_SOCKET (the
+    // value borrow_raw forbids) is refused above.
+    let source = unsafe { std::os::windows::io::BorrowedSocket::borrow_raw(raw) };
+    Ok(f(source)?)
+}
+
+/// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every 1, 64 members.
+///
+/// Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
+///
+/// # Safety
+///
+/// `options` is NULL or points to a writable herdless_options.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_options_init(options: *mut herdless_options) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        *unsafe { out(options, "options") }? = herdless_options {
+            backend: HERDLESS_BACKEND_AUTO,
+            rotate_every: 1,
+            max_members: herdless::DEFAULT_MAX_MEMBERS,
+        };
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Makes a group. Make it before spawning the threads or forking the processes that join it.
+/// `options` may be NULL for the defaults (see herdless_options_init).
+///
+/// Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `out_group` is NULL;
+/// HERDLESS_EINVAL for an unknown backend or a member count out of range;
+/// HERDLESS_EUNAVAILABLE if the native backend was asked for where the kernel has none;
+/// HERDLESS_EIO if shared memory or pipes cannot be made.
+///
+/// # Safety
+///
+/// `options` is NULL or points to a herdless_options; `out_group` is NULL or points to a
+/// writable herdless_group.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_group_new(
+    options: *const herdless_options,
+    out_group: *mut herdless_group,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        let out_group = unsafe { out(out_group, "out_group") }?;
+        let options = if options.is_null() {
+            herdless_options {
+                backend: HERDLESS_BACKEND_AUTO,
+                rotate_every: 1,
+                max_members: herdless::DEFAULT_MAX_MEMBERS,
+            }
+        } else {
+            // SAFETY: the caller's contract (see # Safety).
+            *unsafe { non_null(options, "options") }?
+        };
+        let backend = match options.backend {
+            HERDLESS_BACKEND_AUTO => Backend::Auto,
+            HERDLESS_BACKEND_NATIVE => Backend::Native,
+            HERDLESS_BACKEND_EMULATED => Backend::Emulated,
+            other => {
+                return Err(Failure::new(
+                    HERDLESS_EINVAL,
+                    format!("unknown backend {other} (use HERDLESS_BACKEND_*)"),
+                ))
+            }
+        };
+        let group = Group::builder()
+            .backend(backend)
+            .rotate_every(options.rotate_every)
+            .max_members(options.max_members)
+            .build()?;
+        *out_group = herdless_group {
+            id: registry::insert_group(group),
+        };
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Frees a group handle. Waiters already joined keep working (each holds the group); a child
+/// forked earlier keeps its own copy. A second free of the same handle returns
+/// HERDLESS_EBADHANDLE.
+#[no_mangle]
+pub extern "C" fn herdless_group_free(group: herdless_group) -> c_int {
+    ffi(|| registry::free_group(group.id).map(|()| HERDLESS_OK))
+}
+
+/// The backend in force: HERDLESS_BACKEND_NATIVE or HERDLESS_BACKEND_EMULATED (Auto
+/// resolved), or a negative code.
+#[no_mangle]
+pub extern "C" fn herdless_group_backend(group: herdless_group) -> c_int {
+    ffi(|| {
+        Ok(match registry::group(group.id)?.backend() {
+            Backend::Native => HERDLESS_BACKEND_NATIVE,
+            Backend::Emulated => HERDLESS_BACKEND_EMULATED,
+            Backend::Auto => HERDLESS_BACKEND_AUTO,
+        })
+    })
+}
+
+/// Joins the group: one waiter per thread or process, each with its own kernel poll instance.
+/// Call it in the process that will wait (after fork, in the child). A waiter may be handed to
+/// another thread of that process; it is used by one thread at a time.
+///
+/// Returns HERDLESS_OK and the handle in `*out_waiter`; HERDLESS_ENULL, HERDLESS_EBADHANDLE,
+/// HERDLESS_EFULL when every member slot is taken, HERDLESS_EIO.
+///
+/// # Safety
+///
+/// `out_waiter` is NULL or points to a writable herdless_waiter.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_join(
+    group: herdless_group,
+    out_waiter: *mut herdless_waiter,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        let out_waiter = unsafe { out(out_waiter, "out_waiter") }?;
+        let waiter = registry::group(group.id)?.join()?;
+        *out_waiter = herdless_waiter {
+            id: registry::insert_waiter(waiter),
+        };
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Leaves the group and frees the waiter handle. A second call returns HERDLESS_EBADHANDLE;
+/// a call from another process HERDLESS_EWRONGPROCESS; a call while another thread is inside a
+/// call on the waiter HERDLESS_EBUSY (wake it with herdless_notify first).
+#[no_mangle]
+pub extern "C" fn herdless_leave(waiter: herdless_waiter) -> c_int {
+    ffi(|| registry::free_waiter(waiter.id).map(|()| HERDLESS_OK))
+}
+
+/// This waiter's member slot, as in herdless_member_stats.member (>= 0), or a negative code.
+#[no_mangle]
+pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
+    ffi(|| {
+        let entry = registry::waiter(waiter.id)?;
+        let state = registry::lock(&entry)?;
+        Ok(state.waiter.member() as c_int)
+    })
+}
+
+/// Registers `fd` under `key` for `interest` (HERDLESS_READABLE / HERDLESS_WRITABLE /
+/// HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). Keep `fd` open until
+/// it is deleted. Keys from UINTPTR_MAX - 1 up are reserved.
+///
+/// Returns HERDLESS_OK; HERDLESS_EBADF (closed), HERDLESS_EUNWATCHABLE (a regular file),
+/// HERDLESS_EEXIST, HERDLESS_EINVAL, HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS,
+/// HERDLESS_EBUSY. Nothing changes on error.
+#[no_mangle]
+pub extern "C" fn herdless_add(
+    waiter: herdless_waiter,
+    fd: herdless_fd,
+    key: usize,
+    interest: u32,
+) -> c_int {
+    ffi(|| {
+        let interest = interest_of(interest)?;
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        with_source(fd, |s| state.waiter.add(s, key, interest))?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Changes the key or interest of a registered `fd` (an exclusive registration is deleted and
+/// added again, which the caller never sees).
+///
+/// Returns HERDLESS_OK, or as herdless_add, with HERDLESS_ENOENT for an fd never added.
+#[no_mangle]
+pub extern "C" fn herdless_modify(
+    waiter: herdless_waiter,
+    fd: herdless_fd,
+    key: usize,
+    interest: u32,
+) -> c_int {
+    ffi(|| {
+        let interest = interest_of(interest)?;
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        with_source(fd, |s| state.waiter.modify(s, key, interest))?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Stops watching `fd`.
+///
+/// Returns HERDLESS_OK, HERDLESS_ENOENT for an fd never added, or a handle error.
+#[no_mangle]
+pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c_int {
+    ffi(|| {
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        with_source(fd, |s| state.waiter.delete(s))?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Waits for events and writes at most `capacity` of them to `events` (at most 1024 per call,
+/// and one if any registration asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for ever. An interrupting signal does
+/// not end the wait.
+///
+/// Coming back to herdless_wait says that the events of the previous call were consumed (see
+/// herdless_consumed).
+///
+/// Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
+/// is NULL; HERDLESS_EINVAL if `capacity` is 0; a handle error; HERDLESS_EIO.
+///
+/// # Safety
+///
+/// `events` is NULL or points to `capacity` writable herdless_event.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_wait(
+    waiter: herdless_waiter,
+    events: *mut herdless_event,
+    capacity: usize,
+    timeout_ms: c_int,
+) -> c_int {
+    ffi(|| {
+        if events.is_null() {
+            return Err(Failure::null("events"));
+        }
+        if capacity == 0 {
+            return Err(herdless::Error::ZeroCapacity.into());
+        }
+        // At most this many events per call (as epoll's maxevents): the buffer is allocated
+        // once per waiter, not sized by whatever count the caller passes.
+        let capacity = capacity.min(MAX_EVENTS_PER_WAIT);
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        let n = state.wait(capacity, timeout_of(timeout_ms))?;
+        // SAFETY: the caller gave `capacity` writable herdless_event slots at `events` (checked
+        // non-NULL above); at most `capacity` are written.
+        let out = unsafe { std::slice::from_raw_parts_mut(events, capacity) };
+        for (slot, event) in out.iter_mut().zip(state.events.iter()) {
+            *slot = herdless_event {
+                key: event.key,
+                events: if event.readable { HERDLESS_READABLE } else { 0 }
+                    | if event.writable { HERDLESS_WRITABLE } else { 0 },
+            };
+        }
+        Ok(n as c_int)
+    })
+}
+
+/// Says that the readiness of the event with `key` has been consumed (the message read, the
+/// connection accepted). Call it right after the read and before handling the request: then
+/// the group watches the descriptor again without waking two members for one message, and this
+/// waiter goes to the back of the line. The next herdless_wait or herdless_poll does it
+/// anyway. A key with no event outstanding is ignored. For descriptors registered by
+/// herdless_poll, the key is the descriptor itself.
+///
+/// Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
+#[no_mangle]
+pub extern "C" fn herdless_consumed(waiter: herdless_waiter, key: usize) -> c_int {
+    ffi(|| {
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        state.waiter.consumed(key)?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Wakes the waiter's herdless_wait or herdless_poll, which then returns 0. May be called from
+/// any thread of the process that joined, also while another thread waits on the waiter. A
+/// notification sent while the waiter is not waiting wakes its next wait.
+///
+/// Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
+#[no_mangle]
+pub extern "C" fn herdless_notify(waiter: herdless_waiter) -> c_int {
+    ffi(|| {
+        registry::waiter(waiter.id)?.notifier.notify()?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// The counters of every member that ever joined the group: writes at most `capacity` of them
+/// to `out_stats` (which may be NULL when `capacity` is 0) and returns how many members there
+/// are, so a return larger than `capacity` says the array was too short. Readable from any
+/// process of the group (a parent reads its forked members' figures after they exit).
+///
+/// Returns the member count, HERDLESS_ENULL, or HERDLESS_EBADHANDLE.
+///
+/// # Safety
+///
+/// `out_stats` is NULL or points to `capacity` writable herdless_member_stats.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_stats(
+    group: herdless_group,
+    out_stats: *mut herdless_member_stats,
+    capacity: usize,
+) -> c_int {
+    ffi(|| {
+        if out_stats.is_null() && capacity > 0 {
+            return Err(Failure::null("out_stats"));
+        }
+        let stats = registry::group(group.id)?.stats();
+        if capacity > 0 {
+            // SAFETY: the caller gave `capacity` writable slots at `out_stats` (non-NULL).
+            let out = unsafe { std::slice::from_raw_parts_mut(out_stats, capacity) };
+            for (slot, s) in out.iter_mut().zip(&stats) {
+                *slot = herdless_member_stats {
+                    member: s.member,
+                    pid: s.pid,
+                    alive: s.alive,
+                    leader: s.leader,
+                    wakeups: s.wakeups,
+                    events: s.events,
+                    empty_wakeups: s.empty_wakeups,
+                    token_wakeups: s.token_wakeups,
+                };
+            }
+        }
+        Ok(stats.len().min(c_int::MAX as usize) as c_int)
+    })
+}

@@ -1,0 +1,278 @@
+//! `herdless_poll`: the `poll()`-shaped entry point, for C code that wants to change one call.
+//!
+//! The caller keeps its `struct pollfd` array and adds [`HERDLESS_POLLEXCL`] and
+//! [`HERDLESS_POLLONE`] to `events`. Each call compares the array with what the waiter has
+//! registered (the key of each registration is the descriptor itself) and adds, modifies or
+//! deletes registrations to match, then waits once and fills `revents` as `poll()` would for
+//! the descriptors herdless handed out. The real `revents` (POLLIN, POLLOUT, POLLHUP, POLLERR…)
+//! come from a zero-timeout `poll()` of those descriptors only: it sleeps in no wait queue, so
+//! it wakes nobody and herds nothing.
+
+use std::ffi::c_int;
+use std::os::fd::RawFd;
+
+use herdless::Interest;
+
+use crate::errors::{ffi, Failure, HERDLESS_EINVAL, HERDLESS_ENULL};
+use crate::registry::{self, WaiterState};
+use crate::{herdless_waiter, timeout_of};
+
+/// `events` bit for herdless_poll: an event on this descriptor wakes exactly one of the
+/// group's waiters (the POLLEXCL proposal). 0x0800 is used by no POLL* bit of Linux's
+/// <poll.h>.
+pub const HERDLESS_POLLEXCL: i16 = 0x0800;
+/// `events` bit for herdless_poll: a call returns at most one ready descriptor, and ready
+/// descriptors are served in turn over successive calls (the POLLONE proposal). 0x4000 is used
+/// by no POLL* bit of Linux's <poll.h> (the kernel's POLLFREE is internal and never in a
+/// pollfd).
+pub const HERDLESS_POLLONE: i16 = 0x4000;
+
+// Both bits are positive values of a C short.
+const _: () = assert!(HERDLESS_POLLEXCL > 0 && HERDLESS_POLLONE > 0);
+
+/// The system bits herdless can watch, and those poll() always reports.
+const READ_BITS: i16 = libc::POLLIN | libc::POLLRDNORM;
+const WRITE_BITS: i16 = libc::POLLOUT | libc::POLLWRNORM;
+const ALWAYS: i16 = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+
+/// The interest a pollfd's `events` asks for; None if it asks for nothing herdless watches.
+fn interest_of(events: i16) -> Option<Interest> {
+    let mut interest = None::<Interest>;
+    for (bits, base) in [
+        (READ_BITS, Interest::READABLE),
+        (WRITE_BITS, Interest::WRITABLE),
+        (libc::POLLPRI, Interest::PRIORITY),
+    ] {
+        if events & bits != 0 {
+            interest = Some(interest.map_or(base, |i| i.add(base)));
+        }
+    }
+    let mut interest = interest?;
+    if events & HERDLESS_POLLEXCL != 0 {
+        interest = interest.exclusive();
+    }
+    if events & HERDLESS_POLLONE != 0 {
+        interest = interest.one_event_round_robin();
+    }
+    Some(interest)
+}
+
+/// Waits like `poll(fds, nfds, timeout_ms)` through the waiter, honouring HERDLESS_POLLEXCL
+/// and HERDLESS_POLLONE in each entry's `events`.
+///
+/// - Registration follows the array: a descriptor that appears is added, one whose `events`
+///   changed is modified, one that is gone (or whose `fd` is negative) is deleted. Delete it
+///   from the array for one call (or call herdless_delete) before closing it and reusing its
+///   number. A descriptor may appear more than once; its interests are merged. An entry
+///   asking for none of POLLIN, POLLRDNORM, POLLOUT, POLLWRNORM, POLLPRI is not watched.
+/// - `revents` is filled as poll() fills it, for the descriptors herdless handed out: what was
+///   asked for among POLLIN, POLLRDNORM, POLLOUT, POLLWRNORM, POLLPRI, plus POLLHUP, POLLERR.
+///   A closed descriptor in the array gets POLLNVAL at once, a regular file (always ready)
+///   gets its POLLIN / POLLOUT at once, as poll() does.
+/// - With HERDLESS_POLLEXCL, one event wakes one waiter of the group; with HERDLESS_POLLONE,
+///   one call returns at most one ready descriptor, served in turn: with fds 1, 2, 3 all
+///   readable, four calls return fd1, fd2, fd3, fd1.
+/// - Consumed: the next herdless_poll call says that the events of this one were consumed;
+///   call herdless_consumed(waiter, fd) right after the read to say it earlier (recommended:
+///   the next message can then go to another waiter while this one works).
+///
+/// Differences from poll(): a signal does not interrupt the wait (no EINTR); herdless_notify
+/// ends it with 0; do not register the same descriptor with herdless_add as well.
+///
+/// Returns the number of entries with non-zero `revents` (0 on timeout or notification), or a
+/// negative code: HERDLESS_ENULL if `fds` is NULL with `nfds` > 0; HERDLESS_EINVAL if an
+/// interest is refused (POLLPRI with HERDLESS_POLLEXCL); HERDLESS_EEXIST if a descriptor was
+/// also added with herdless_add; a handle error; HERDLESS_EIO.
+///
+/// # Safety
+///
+/// `fds` must point to `nfds` writable `struct pollfd` (or be NULL when `nfds` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn herdless_poll(
+    waiter: herdless_waiter,
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout_ms: c_int,
+) -> c_int {
+    ffi(|| {
+        if fds.is_null() && nfds > 0 {
+            return Err(Failure::new(HERDLESS_ENULL, "fds is NULL with nfds > 0"));
+        }
+        let n = usize::try_from(nfds)
+            .ok()
+            .filter(|&n| n <= c_int::MAX as usize)
+            .ok_or_else(|| Failure::new(HERDLESS_EINVAL, format!("nfds {nfds} is too large")))?;
+        let fds: &mut [libc::pollfd] = if n == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller gives `nfds` writable pollfd at `fds` (non-NULL, checked).
+            unsafe { std::slice::from_raw_parts_mut(fds, n) }
+        };
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        poll_locked(&mut state, fds, timeout_ms)
+    })
+}
+
+fn poll_locked(
+    state: &mut WaiterState,
+    fds: &mut [libc::pollfd],
+    timeout_ms: c_int,
+) -> Result<c_int, Failure> {
+    for pfd in fds.iter_mut() {
+        pfd.revents = 0;
+    }
+    // What the array asks for, per descriptor (interests of repeated descriptors merged).
+    let mut wanted = std::mem::take(&mut state.wanted);
+    let mut order = std::mem::take(&mut state.order);
+    wanted.clear();
+    order.clear();
+    for pfd in fds.iter() {
+        if pfd.fd >= 0 && interest_of(pfd.events).is_some() {
+            let bits = wanted.entry(pfd.fd).or_insert_with(|| {
+                order.push(pfd.fd);
+                0
+            });
+            *bits |= pfd.events & !ALWAYS;
+        }
+    }
+    let result = update_and_wait(state, &wanted, &order, fds, timeout_ms);
+    state.wanted = wanted;
+    state.order = order;
+    result
+}
+
+fn update_and_wait(
+    state: &mut WaiterState,
+    wanted: &std::collections::HashMap<RawFd, i16>,
+    order: &[RawFd],
+    fds: &mut [libc::pollfd],
+    timeout_ms: c_int,
+) -> Result<c_int, Failure> {
+    // Gone from the array: delete. A descriptor closed meanwhile was forgotten by the kernel.
+    let gone: Vec<RawFd> = state
+        .polled
+        .keys()
+        .filter(|fd| !wanted.contains_key(fd))
+        .copied()
+        .collect();
+    for fd in gone {
+        state.polled.remove(&fd);
+        match crate::with_source(fd, |s| state.waiter.delete(s)) {
+            Ok(()) => {}
+            Err(f) if f.code == crate::HERDLESS_ENOENT || f.code == crate::HERDLESS_EBADF => {}
+            Err(f) => return Err(f),
+        }
+    }
+    // New or changed: add or modify, in array order. Answers poll() gives at once are
+    // collected.
+    let mut at_once = false;
+    for &fd in order {
+        let bits = wanted[&fd];
+        let Some(interest) = interest_of(bits) else {
+            continue; // not reached: only entries with an interest are wanted
+        };
+        let done = match state.polled.get(&fd) {
+            Some(&old) if old == bits => continue,
+            Some(_) => crate::with_source(fd, |s| state.waiter.modify(s, fd as usize, interest)),
+            None => crate::with_source(fd, |s| state.waiter.add(s, fd as usize, interest)),
+        };
+        match done {
+            Ok(()) => {
+                state.polled.insert(fd, bits);
+            }
+            // poll() answers POLLNVAL for a closed descriptor.
+            Err(f) if f.code == crate::HERDLESS_EBADF => {
+                state.polled.remove(&fd);
+                at_once |= answer(fds, fd, libc::POLLNVAL);
+            }
+            // poll() finds a regular file always ready.
+            Err(f) if f.code == crate::HERDLESS_EUNWATCHABLE => {
+                state.polled.remove(&fd);
+                at_once |= answer(fds, fd, READ_BITS | WRITE_BITS);
+            }
+            Err(f) => return Err(f),
+        }
+    }
+    if at_once {
+        return Ok(count(fds));
+    }
+    let capacity = wanted.len().max(1);
+    let n = state.wait(capacity, timeout_of(timeout_ms))?;
+    if n == 0 {
+        return Ok(0);
+    }
+    for event in state.events.iter() {
+        let fd = event.key as RawFd;
+        let asked = wanted.get(&fd).copied().unwrap_or(0);
+        let mut probe = libc::pollfd {
+            fd,
+            events: asked & (READ_BITS | WRITE_BITS | libc::POLLPRI),
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, zero timeout: reads the readiness now, sleeps in no queue.
+        let ready = unsafe { libc::poll(&mut probe, 1, 0) };
+        let revents = if ready == 1 {
+            probe.revents
+        } else {
+            // Taken meanwhile (by a signal handler, say): report what herdless saw.
+            (if event.readable { READ_BITS } else { 0 })
+                | (if event.writable { WRITE_BITS } else { 0 })
+        };
+        answer(fds, fd, revents);
+    }
+    Ok(count(fds))
+}
+
+/// Sets the `revents` of every entry of `fd` to what it asked for among `revents` (plus what
+/// poll() always reports); true if any entry got something.
+fn answer(fds: &mut [libc::pollfd], fd: RawFd, revents: i16) -> bool {
+    let mut any = false;
+    for pfd in fds.iter_mut().filter(|p| p.fd == fd) {
+        pfd.revents = revents & ((pfd.events & !(HERDLESS_POLLEXCL | HERDLESS_POLLONE)) | ALWAYS);
+        any |= pfd.revents != 0;
+    }
+    any
+}
+
+fn count(fds: &[libc::pollfd]) -> c_int {
+    fds.iter().filter(|p| p.revents != 0).count() as c_int
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_clash_with_no_system_poll_bit() {
+        let system = [
+            libc::POLLIN,
+            libc::POLLPRI,
+            libc::POLLOUT,
+            libc::POLLERR,
+            libc::POLLHUP,
+            libc::POLLNVAL,
+            libc::POLLRDNORM,
+            libc::POLLRDBAND,
+            libc::POLLWRNORM,
+            libc::POLLWRBAND,
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            libc::POLLRDHUP,
+        ];
+        for bit in system {
+            assert_eq!(bit & (HERDLESS_POLLEXCL | HERDLESS_POLLONE), 0, "{bit:#x}");
+        }
+        assert_eq!(HERDLESS_POLLEXCL & HERDLESS_POLLONE, 0);
+    }
+
+    #[test]
+    fn events_map_to_interests() {
+        assert_eq!(interest_of(0), None);
+        assert_eq!(interest_of(HERDLESS_POLLEXCL), None);
+        let i = interest_of(libc::POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE).unwrap();
+        assert!(i.is_readable() && i.is_exclusive() && i.is_one_event_round_robin());
+        assert!(!i.is_writable());
+        let o = interest_of(libc::POLLWRNORM).unwrap();
+        assert!(o.is_writable() && !o.is_exclusive());
+    }
+}

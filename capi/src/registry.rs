@@ -1,0 +1,327 @@
+//! The handle registry: what a C handle names, checked on every call.
+//!
+//! A C handle is a number, never a pointer: the kind (group or waiter), a slot index and the
+//! slot's generation. Freeing a handle empties its slot and bumps the generation, so a handle
+//! used after free, freed twice, or of the wrong kind is refused with `HERDLESS_EBADHANDLE`
+//! without touching freed memory. A waiter also remembers the process that joined: a handle
+//! inherited across `fork` is refused with `HERDLESS_EWRONGPROCESS`.
+//!
+//! Lookups take a read lock for a moment and clone an `Arc`, so a waiter blocked in
+//! `herdless_wait` holds no lock another thread needs (`herdless_notify` goes through). On Unix
+//! the registry's lock is taken around `fork` (`pthread_atfork`), so a child forked while
+//! another thread was in the middle of a lookup finds it unlocked.
+
+#[cfg(unix)]
+use std::collections::HashMap;
+#[cfg(unix)]
+use std::sync::Once;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use herdless::{Events, Group, Notifier, Waiter};
+
+use crate::errors::{Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EWRONGPROCESS};
+
+/// The kind tag of a group handle (top byte of the id).
+const GROUP_TAG: u64 = 0x47; // 'G'
+/// The kind tag of a waiter handle.
+const WAITER_TAG: u64 = 0x57; // 'W'
+/// Generations wrap at 24 bits: a slot must be reused 16 million times before a stale handle
+/// could name it again.
+const GENERATION_MASK: u32 = 0x00FF_FFFF;
+
+/// What a waiter handle holds.
+pub(crate) struct WaiterEntry {
+    /// The process that joined.
+    pub(crate) pid: u32,
+    /// Wakes the waiter without taking its lock.
+    pub(crate) notifier: Notifier,
+    /// The waiter and its buffers; one thread at a time.
+    pub(crate) state: Mutex<WaiterState>,
+}
+
+/// A waiter and what `herdless_poll` remembers between calls.
+pub(crate) struct WaiterState {
+    pub(crate) waiter: Waiter,
+    /// The buffer `herdless_wait` and `herdless_poll` receive into (grown on demand).
+    pub(crate) events: Events,
+    /// Descriptors `herdless_poll` registered, with the pollfd `events` bits they were
+    /// registered for.
+    #[cfg(unix)]
+    pub(crate) polled: HashMap<std::os::fd::RawFd, i16>,
+    /// Scratch map of one `herdless_poll` call (kept to avoid allocating per call).
+    #[cfg(unix)]
+    pub(crate) wanted: HashMap<std::os::fd::RawFd, i16>,
+    /// The wanted descriptors in the order they first appear in the array: registrations are
+    /// made in that order, so ready descriptors are served in array order.
+    #[cfg(unix)]
+    pub(crate) order: Vec<std::os::fd::RawFd>,
+}
+
+impl WaiterState {
+    pub(crate) fn new(waiter: Waiter) -> WaiterState {
+        WaiterState {
+            waiter,
+            events: Events::with_capacity(1),
+            #[cfg(unix)]
+            polled: HashMap::new(),
+            #[cfg(unix)]
+            wanted: HashMap::new(),
+            #[cfg(unix)]
+            order: Vec::new(),
+        }
+    }
+
+    /// Waits into the receive buffer, sized for `capacity` events; the events are then in
+    /// `self.events`.
+    pub(crate) fn wait(
+        &mut self,
+        capacity: usize,
+        timeout: Option<std::time::Duration>,
+    ) -> herdless::Result<usize> {
+        if self.events.capacity() != capacity {
+            self.events = Events::with_capacity(capacity);
+        }
+        self.waiter.wait(&mut self.events, timeout)
+    }
+}
+
+enum Entry {
+    Group(Group),
+    Waiter(Arc<WaiterEntry>),
+}
+
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+static REGISTRY: RwLock<Registry> = RwLock::new(Registry {
+    slots: Vec::new(),
+    free: Vec::new(),
+});
+
+fn read() -> RwLockReadGuard<'static, Registry> {
+    guard_fork();
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write() -> RwLockWriteGuard<'static, Registry> {
+    guard_fork();
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn encode(tag: u64, index: u32, generation: u32) -> u64 {
+    (tag << 56) | (u64::from(generation & GENERATION_MASK) << 32) | u64::from(index)
+}
+
+fn decode(id: u64, tag: u64) -> Option<(usize, u32)> {
+    if id >> 56 != tag {
+        return None;
+    }
+    Some((id as u32 as usize, ((id >> 32) as u32) & GENERATION_MASK))
+}
+
+fn bad_handle(kind: &str, id: u64) -> Failure {
+    Failure::new(
+        HERDLESS_EBADHANDLE,
+        format!(
+            "{kind} handle {id:#x} is not live: never made, already freed, or of the other kind"
+        ),
+    )
+}
+
+fn insert(entry: Entry, tag: u64) -> u64 {
+    let mut reg = write();
+    let index = match reg.free.pop() {
+        Some(i) => i,
+        None => {
+            reg.slots.push(Slot {
+                generation: 1,
+                entry: None,
+            });
+            (reg.slots.len() - 1) as u32
+        }
+    };
+    let slot = &mut reg.slots[index as usize];
+    slot.entry = Some(entry);
+    encode(tag, index, slot.generation)
+}
+
+/// Registers a group; returns its handle id.
+pub(crate) fn insert_group(group: Group) -> u64 {
+    insert(Entry::Group(group), GROUP_TAG)
+}
+
+/// Registers a waiter; returns its handle id.
+pub(crate) fn insert_waiter(waiter: Waiter) -> u64 {
+    let entry = WaiterEntry {
+        pid: std::process::id(),
+        notifier: waiter.notifier(),
+        state: Mutex::new(WaiterState::new(waiter)),
+    };
+    insert(Entry::Waiter(Arc::new(entry)), WAITER_TAG)
+}
+
+/// The group a handle names.
+pub(crate) fn group(id: u64) -> Result<Group, Failure> {
+    let reg = read();
+    let (index, generation) = decode(id, GROUP_TAG).ok_or_else(|| bad_handle("group", id))?;
+    match reg.slots.get(index) {
+        Some(Slot {
+            generation: g,
+            entry: Some(Entry::Group(group)),
+        }) if *g & GENERATION_MASK == generation => Ok(group.clone()),
+        _ => Err(bad_handle("group", id)),
+    }
+}
+
+/// The waiter a handle names, checked to belong to this process.
+pub(crate) fn waiter(id: u64) -> Result<Arc<WaiterEntry>, Failure> {
+    let entry = {
+        let reg = read();
+        let (index, generation) = decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
+        match reg.slots.get(index) {
+            Some(Slot {
+                generation: g,
+                entry: Some(Entry::Waiter(w)),
+            }) if *g & GENERATION_MASK == generation => w.clone(),
+            _ => return Err(bad_handle("waiter", id)),
+        }
+    };
+    let current = std::process::id();
+    if entry.pid != current {
+        return Err(Failure::new(
+            HERDLESS_EWRONGPROCESS,
+            format!(
+                "this waiter was joined by process {} and cannot be used in process {current}: \
+                 join the group again in this process",
+                entry.pid
+            ),
+        ));
+    }
+    Ok(entry)
+}
+
+/// Locks a waiter for one call; refuses if another thread is in a call on it.
+pub(crate) fn lock(entry: &WaiterEntry) -> Result<MutexGuard<'_, WaiterState>, Failure> {
+    match entry.state.try_lock() {
+        Ok(guard) => Ok(guard),
+        Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => Err(Failure::new(
+            HERDLESS_EBUSY,
+            "another thread is inside a call on this waiter (a waiter is used by one thread at \
+             a time; only herdless_notify may be called from others)",
+        )),
+    }
+}
+
+/// Frees a group handle.
+pub(crate) fn free_group(id: u64) -> Result<(), Failure> {
+    let removed = {
+        let mut reg = write();
+        let (index, generation) = decode(id, GROUP_TAG).ok_or_else(|| bad_handle("group", id))?;
+        match reg.slots.get_mut(index) {
+            Some(slot)
+                if slot.generation & GENERATION_MASK == generation
+                    && matches!(slot.entry, Some(Entry::Group(_))) =>
+            {
+                slot.generation = slot.generation.wrapping_add(1);
+                let removed = slot.entry.take();
+                reg.free.push(index as u32);
+                removed
+            }
+            _ => return Err(bad_handle("group", id)),
+        }
+    };
+    // Dropped outside the lock.
+    drop(removed);
+    Ok(())
+}
+
+/// Frees a waiter handle (the member leaves the group). Refused in another process, and while
+/// another thread is inside a call on the waiter.
+pub(crate) fn free_waiter(id: u64) -> Result<(), Failure> {
+    let entry = waiter(id)?;
+    // Held until the entry is out of the registry: no call can start on it meanwhile that
+    // would keep the member alive after `herdless_leave` returned.
+    let state = lock(&entry)?;
+    let removed = {
+        let mut reg = write();
+        let (index, generation) = decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
+        match reg.slots.get_mut(index) {
+            Some(slot) if slot.generation & GENERATION_MASK == generation => {
+                slot.generation = slot.generation.wrapping_add(1);
+                let removed = slot.entry.take();
+                reg.free.push(index as u32);
+                removed
+            }
+            _ => return Err(bad_handle("waiter", id)),
+        }
+    };
+    drop(state);
+    drop(entry);
+    // The last reference: the Waiter drops here and leaves the group.
+    drop(removed);
+    Ok(())
+}
+
+/// Takes the registry's write lock around `fork`, so the child never inherits it locked.
+#[cfg(unix)]
+fn guard_fork() {
+    use std::cell::RefCell;
+    thread_local! {
+        static HELD: RefCell<Option<RwLockWriteGuard<'static, Registry>>> =
+            const { RefCell::new(None) };
+    }
+    extern "C" fn prepare() {
+        let guard = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+        let _ = HELD.try_with(|h| *h.borrow_mut() = Some(guard));
+    }
+    extern "C" fn release() {
+        let _ = HELD.try_with(|h| h.borrow_mut().take());
+    }
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers three functions that only lock and unlock our own static lock;
+        // they never panic across the C boundary (poisoning is ignored, TLS access is tried).
+        unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+    });
+}
+
+#[cfg(not(unix))]
+fn guard_fork() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_tags_differ() {
+        let id = encode(GROUP_TAG, 7, 3);
+        assert_eq!(decode(id, GROUP_TAG), Some((7, 3)));
+        assert_eq!(decode(id, WAITER_TAG), None);
+        assert_eq!(decode(0, GROUP_TAG), None);
+    }
+
+    #[test]
+    fn a_freed_group_handle_is_refused_and_a_double_free_too() {
+        let group = Group::builder().build().unwrap();
+        let id = insert_group(group);
+        assert!(self::group(id).is_ok());
+        assert!(free_group(id).is_ok());
+        assert_eq!(
+            free_group(id).err().map(|f| f.code),
+            Some(HERDLESS_EBADHANDLE)
+        );
+        let again = insert_group(Group::builder().build().unwrap());
+        assert_ne!(again, id, "a reused slot has a new generation");
+        assert!(self::group(id).is_err());
+        assert!(free_group(again).is_ok());
+    }
+}

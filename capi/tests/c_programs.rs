@@ -1,0 +1,269 @@
+//! The C programs in capi/c/, compiled with the system C compiler against include/herdless.h
+//! and the libherdless_c.so this `cargo test` just built, then run: the POLLONE four-call
+//! order, revents as poll() gives them and registrations that follow the array, bad input,
+//! seed 003's herd (threads on a pipe, forked processes on a POSIX message
+//! queue), the README's example, and the flag bits against <poll.h>. Each runs on both
+//! backends where the backend matters.
+//!
+//! The library is found beside this test's executable (cargo builds the crate's cdylib into
+//! the same `deps` directory). Without a C compiler (`$CC`, else `cc`) the tests say so and
+//! are skipped; `.ci/run` installs one.
+
+#![cfg(target_os = "linux")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+
+/// The directory holding libherdless_c.so (and .a) of this build.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let deps = exe
+        .parent()
+        .expect("the test lives in a directory")
+        .to_path_buf();
+    for dir in [
+        deps.clone(),
+        deps.parent().map(Path::to_path_buf).unwrap_or_default(),
+    ] {
+        if dir.join("libherdless_c.so").exists() {
+            return dir;
+        }
+    }
+    panic!(
+        "libherdless_c.so is not beside {} (cargo builds the cdylib with the tests)",
+        exe.display()
+    );
+}
+
+/// The C compiler, or None (said loudly) if there is none.
+fn compiler() -> Option<&'static str> {
+    static CC: OnceLock<Option<String>> = OnceLock::new();
+    CC.get_or_init(|| {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        match Command::new(&cc).arg("--version").output() {
+            Ok(out) if out.status.success() => Some(cc),
+            _ => {
+                eprintln!("SKIPPED: no C compiler ({cc}) here: the C programs cannot be built");
+                None
+            }
+        }
+    })
+    .as_deref()
+}
+
+/// Compiles capi/c/<name>.c into the test's scratch directory, once per program (tests run
+/// in parallel); None if there is no compiler.
+fn build(name: &str) -> Option<PathBuf> {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(n, _)| n == name) {
+        return Some(exe.clone());
+    }
+    let exe = compile(name)?;
+    built.push((name.to_string(), exe.clone()));
+    Some(exe)
+}
+
+fn compile(name: &str) -> Option<PathBuf> {
+    let cc = compiler()?;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c-programs");
+    std::fs::create_dir_all(&out_dir).expect("the scratch directory can be made");
+    let exe = out_dir.join(name);
+    let lib = lib_dir();
+    let out = Command::new(cc)
+        .args([
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-D_GNU_SOURCE",
+            "-I",
+        ])
+        .arg(root.join("../include"))
+        .arg(root.join("c").join(format!("{name}.c")))
+        .arg("-L")
+        .arg(&lib)
+        .args(["-lherdless_c", "-lpthread", "-lrt"])
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("the C compiler runs");
+    assert!(
+        out.status.success(),
+        "compiling {name}.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+/// Runs a built program; panics with its output unless it exits 0.
+fn run(exe: &Path, args: &[&str]) -> String {
+    let out: Output = Command::new(exe)
+        .args(args)
+        .output()
+        .expect("the program runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{} {args:?} exited with {}:\n{stdout}\n{}",
+        exe.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn pollone_order(backend: &str) {
+    let Some(exe) = build("pollone") else { return };
+    let out = run(&exe, &[backend]);
+    assert!(out.contains(&format!("POLLONE order held on the {backend} backend")));
+}
+
+#[test]
+fn pollone_four_calls_serve_fd1_fd2_fd3_fd1_native() {
+    pollone_order("native");
+}
+
+#[test]
+fn pollone_four_calls_serve_fd1_fd2_fd3_fd1_emulated() {
+    pollone_order("emulated");
+}
+
+fn bad_input(backend: &str) {
+    let Some(exe) = build("bad_input") else {
+        return;
+    };
+    let out = run(&exe, &[backend]);
+    assert!(out.contains("0 case(s) failed"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn bad_input_from_c_gets_codes_native() {
+    bad_input("native");
+}
+
+#[test]
+fn bad_input_from_c_gets_codes_emulated() {
+    bad_input("emulated");
+}
+
+/// Runs the C herd and checks that every message was read exactly once.
+fn herd(args: &[&str]) {
+    let Some(exe) = build("herd") else { return };
+    let out = run(&exe, args);
+    let result = out
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .expect("the herd prints a RESULT line");
+    let field = |name: &str| {
+        result
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} in {result}"))
+            .to_string()
+    };
+    assert_eq!(field("read"), field("messages"), "every message read once");
+}
+
+#[test]
+fn c_herd_threads_on_a_pipe_native() {
+    herd(&[
+        "--waiters",
+        "8",
+        "--messages",
+        "4000",
+        "--backend",
+        "native",
+    ]);
+}
+
+#[test]
+fn c_herd_threads_on_a_pipe_emulated() {
+    herd(&[
+        "--waiters",
+        "8",
+        "--messages",
+        "4000",
+        "--backend",
+        "emulated",
+    ]);
+}
+
+#[test]
+fn c_herd_processes_on_a_message_queue_native() {
+    herd(&[
+        "--processes",
+        "--workload",
+        "mq",
+        "--waiters",
+        "4",
+        "--messages",
+        "2000",
+        "--backend",
+        "native",
+    ]);
+}
+
+#[test]
+fn c_herd_processes_on_a_message_queue_emulated() {
+    herd(&[
+        "--processes",
+        "--workload",
+        "mq",
+        "--waiters",
+        "4",
+        "--messages",
+        "2000",
+        "--backend",
+        "emulated",
+    ]);
+}
+
+#[test]
+fn the_readme_example_compiles_and_runs() {
+    let Some(exe) = build("example") else { return };
+    assert!(run(&exe, &[]).contains("got job"));
+    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/c/example.c"))
+        .expect("capi/c/example.c");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    assert!(
+        readme.contains(example.trim()),
+        "README.md's \"From C\" example must be capi/c/example.c, verbatim"
+    );
+}
+
+#[test]
+fn the_poll_bits_clash_with_nothing_in_poll_h() {
+    let Some(exe) = build("poll_bits") else {
+        return;
+    };
+    assert!(run(&exe, &[]).contains("no clash"));
+}
+
+fn poll_shape(backend: &str) {
+    let Some(exe) = build("poll_shape") else {
+        return;
+    };
+    let out = run(&exe, &[backend]);
+    assert!(
+        out.contains("0 check(s) failed") && !out.contains("FAIL"),
+        "{out}"
+    );
+}
+
+#[test]
+fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_native() {
+    poll_shape("native");
+}
+
+#[test]
+fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_emulated() {
+    poll_shape("emulated");
+}

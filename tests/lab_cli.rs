@@ -1,0 +1,268 @@
+//! The lab never reports on a run that did not happen: settings that cannot run are refused up
+//! front, with one line naming the flag and the limit, a non-zero exit, and no chart or JSON.
+//! And the README's quick start is the example file, which runs.
+//!
+//! Runs the real example binaries. `cargo test` builds the examples before it runs the tests;
+//! the test also asks cargo to bring a binary up to date (quick when it is), so
+//! `cargo test --test lab_cli` alone checks the current code too.
+
+#![cfg(target_os = "linux")]
+
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The `herd` example binary.
+fn herd() -> PathBuf {
+    example("herd")
+}
+
+/// The binary of example `name` in the profile this test was built in, up to date (built once
+/// per test process).
+fn example(name: &str) -> PathBuf {
+    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    built
+        .get_or_insert_with(HashMap::new)
+        .entry(name.to_string())
+        .or_insert_with(|| build_example(name))
+        .clone()
+}
+
+fn build_example(name: &str) -> PathBuf {
+    // This test runs as target/<profile>/deps/lab_cli-<hash>; the examples sit in
+    // target/<profile>/examples/.
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let binary = profile_dir.join("examples").join(name);
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let mut build = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+    build
+        .args(["build", "--quiet", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        build.arg("--release");
+    }
+    let built = build.status().map(|s| s.success()).unwrap_or(false);
+    assert!(
+        built || binary.exists(),
+        "cannot build the {name} example and {} does not exist",
+        binary.display()
+    );
+    binary
+}
+
+/// Runs `herd <args> --json <tmp>` and checks: non-zero exit, exactly one line on stderr that
+/// names `flag` and `limit`, nothing on stdout, and no file written.
+fn refused(args: &[&str], flag: &str, limit: &str, chart: bool) {
+    let dir = std::env::temp_dir().join(format!(
+        "herdless-lab-cli-{}-{}",
+        std::process::id(),
+        args.join("_").replace(['-', ' '], "")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("rows.json");
+    let svg = dir.join("chart.svg");
+    let mut command = Command::new(herd());
+    command.args(args).arg("--json").arg(&json);
+    if chart {
+        command.arg("--svg").arg(&svg);
+    }
+    let out = command.output().expect("the herd example runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!(
+        "herd {}: {:?}, stderr: {stderr}",
+        args.join(" "),
+        out.status
+    );
+    assert!(!out.status.success(), "herd {args:?} must fail: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line on stderr, got: {stderr}");
+    assert!(
+        lines[0].contains(flag) && lines[0].contains(limit),
+        "the line names {flag} and {limit}: {}",
+        lines[0]
+    );
+    assert!(
+        stdout.trim().is_empty(),
+        "nothing ran, nothing printed: {stdout}"
+    );
+    assert!(!json.exists(), "no JSON for a run that did not happen");
+    assert!(!svg.exists(), "no chart for a run that did not happen");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stress_with_no_waiter_is_refused() {
+    refused(&["stress", "--waiters", "0"], "--waiters", "4096", false);
+}
+
+#[test]
+fn stress_beyond_the_group_limit_is_refused() {
+    refused(&["stress", "--waiters", "5000"], "--waiters", "4096", false);
+}
+
+#[test]
+fn herd_beyond_the_group_limit_is_refused() {
+    refused(&["pipe", "--waiters", "100000"], "--waiters", "4096", true);
+}
+
+#[test]
+fn herd_beyond_the_open_file_limit_is_refused() {
+    // SAFETY: rlimit is plain data; getrlimit fills it.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid resource and a pointer to a live rlimit.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    let hard = limit.rlim_max as u64;
+    // 4096 waiting threads need about 24 640 descriptors; a hard limit above that leaves
+    // nothing to refuse.
+    if hard >= 24_640 {
+        println!("SKIPPED: the open-file hard limit ({hard}) allows 4096 waiters here");
+        return;
+    }
+    refused(
+        &["pipe", "--waiters", "4096"],
+        "--waiters",
+        "open-file limit",
+        true,
+    );
+}
+
+#[test]
+fn help_defaults_parse_as_shown() {
+    let out = Command::new(herd())
+        .args(["stress", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for default in [
+        "pipe,mq",
+        "native-rr,native-exclusive,emulated-rr,emulated-exclusive",
+    ] {
+        assert!(
+            help.contains(&format!("[default: {default}]")),
+            "stress --help shows [default: {default}]: {help}"
+        );
+    }
+    // What the help shows is what parses: the same values given by hand are accepted (and
+    // then refused for the waiter count, before anything runs).
+    let out = Command::new(herd())
+        .args(["stress", "--workloads", "pipe,mq", "--waiters", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--waiters 0"),
+        "parsed, then refused: {stderr}"
+    );
+}
+
+/// A `Command` for `herd` in which POSIX message queues cannot be created: its
+/// RLIMIT_MSGQUEUE is 0, soft and hard, so every `mq_open` fails (EMFILE) while pipes work. A
+/// real row that cannot run, found only once it starts, after every setting was accepted.
+fn herd_without_message_queues() -> Command {
+    let mut command = Command::new(herd());
+    // SAFETY: between fork and exec the closure only calls setrlimit, which is
+    // async-signal-safe, on a local value.
+    unsafe {
+        command.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::setrlimit(libc::RLIMIT_MSGQUEUE, &none) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+#[test]
+fn stress_fails_when_a_run_did_not_run() {
+    // The pipe runs and checks out; the queue cannot be made: the command must not say that
+    // nothing was lost "in every run".
+    let out = herd_without_message_queues()
+        .args(["stress", "--workloads", "pipe,mq", "--modes", "emulated-rr"])
+        .args(["--waiters", "2", "--messages", "200"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}{stderr}");
+    assert!(
+        !out.status.success(),
+        "a run that did not run fails the command"
+    );
+    assert!(
+        stdout.contains("DID NOT RUN"),
+        "the table says which: {stdout}"
+    );
+    assert!(
+        !stdout.contains("in every run"),
+        "no claim for every run: {stdout}"
+    );
+    assert!(stderr.contains("1 of 2 runs did not run"), "{stderr}");
+}
+
+#[test]
+fn herd_writes_no_chart_when_no_row_ran() {
+    let dir = std::env::temp_dir().join(format!("herdless-lab-cli-{}-norow", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg) = (dir.join("rows.json"), dir.join("chart.svg"));
+    let out = herd_without_message_queues()
+        .args(["mq", "--waiters", "1", "--modes", "native-rr,emulated-rr"])
+        .args(["--messages", "100"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--svg")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stderr}");
+    assert!(!out.status.success(), "no row ran: the command fails");
+    assert!(stderr.contains("none of the 2 rows ran"), "{stderr}");
+    assert!(!json.exists() && !svg.exists(), "nothing written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_readme_quick_start_is_the_example_and_it_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let source = std::fs::read_to_string(root.join("examples/quick_start.rs")).unwrap();
+    assert!(
+        readme.contains(&format!("```rust\n{source}```")),
+        "README.md shows examples/quick_start.rs verbatim (copy it again after a change)"
+    );
+    let out = Command::new(example("quick_start")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the quick start runs");
+    assert!(
+        stdout.contains("threads served [10, 10, 10, 10]"),
+        "{stdout}"
+    );
+    let served: u64 = stdout
+        .lines()
+        .filter_map(|l| l.split("served Ok(").nth(1))
+        .filter_map(|n| n.trim_end_matches(')').parse::<u64>().ok())
+        .sum();
+    assert_eq!(
+        served, 40,
+        "the forked workers served every connection: {stdout}"
+    );
+}

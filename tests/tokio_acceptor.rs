@@ -1,0 +1,509 @@
+//! The Tokio acceptor (feature `tokio`) across forked workers, against the naive nesting.
+//!
+//! Four forked workers, each with its own current-thread Tokio runtime, share one loopback
+//! listener; the parent makes 400 connections 1 ms apart, one after the other, and reads each
+//! one's reply (the index of the worker that served it). With `herdless::tokio::Acceptor`
+//! every connection is served, the workers take turns, and the thread that waits on the
+//! listener wakes about once per connection. The naive nesting (an epoll with the listener
+//! `EPOLLEXCLUSIVE`, registered in each runtime through `AsyncFd`) is measured the same way and
+//! herds: every worker's runtime thread is woken for every connection, because
+//! `ep_poll_callback` counts an exclusive wake-up as taken only when a thread sleeps in that
+//! epoll itself.
+//!
+//! What is counted, per worker: the voluntary context switches (`RUSAGE_THREAD`) of the thread
+//! that waits on the listener (the acceptor thread; for the nesting, the runtime thread),
+//! read by that thread; the runtime thread's own switches (with the acceptor, it is woken by
+//! the hand-over); and the whole worker process's switches, read by the parent from `wait4`.
+
+#![cfg(all(feature = "tokio", target_os = "linux"))]
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use herdless::{counters, tokio::Acceptor, Backend, Group};
+use tokio::io::unix::AsyncFd;
+
+const WORKERS: usize = 4;
+const CONNECTIONS: usize = 400;
+
+/// Per worker, in shared memory.
+const ACCEPTED: usize = 0;
+const LISTENER_THREAD: usize = 1;
+const RUNTIME_THREAD: usize = 2;
+const SLOTS: usize = 3;
+
+/// The tests of this file, one at a time: the forking ones measure per-run counts, and no
+/// acceptor thread of another test should be running when they fork.
+static FORKS: Mutex<()> = Mutex::new(());
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Setup {
+    Acceptor(Backend),
+    /// An epoll with the listener `EPOLLEXCLUSIVE`, registered in the runtime via `AsyncFd`.
+    Nested,
+}
+
+#[derive(Debug)]
+struct Outcome {
+    served: usize,
+    per_worker: Vec<u64>,
+    accepted: Vec<u64>,
+    listener_thread: Vec<u64>,
+    runtime_thread: Vec<u64>,
+    process: Vec<u64>,
+}
+
+impl Outcome {
+    fn per_conn(v: &[u64]) -> f64 {
+        v.iter().sum::<u64>() as f64 / CONNECTIONS as f64
+    }
+    fn report(&self, setup: Setup) {
+        eprintln!(
+            "{setup:?}: served {}/{CONNECTIONS}, per worker {:?}; kernel wake-ups per \
+             connection: listener-waiting threads {:.2}, runtime threads {:.2}, whole worker \
+             processes {:.2}",
+            self.served,
+            self.per_worker,
+            Self::per_conn(&self.listener_thread),
+            Self::per_conn(&self.runtime_thread),
+            Self::per_conn(&self.process),
+        );
+    }
+}
+
+/// Counters in one anonymous shared mapping, made before `fork` and never unmapped (its
+/// address, so that a task may carry it).
+#[derive(Clone, Copy)]
+struct Shm(usize);
+
+impl Shm {
+    fn new(n: usize) -> Shm {
+        // SAFETY: a fresh anonymous shared mapping; never unmapped while the test runs.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Shm(p as usize)
+    }
+    fn at(self, worker: usize, slot: usize) -> &'static AtomicU64 {
+        assert!(worker < WORKERS && slot < SLOTS);
+        // SAFETY: in bounds (WORKERS * SLOTS entries), zero-filled, and never unmapped.
+        unsafe { &*(self.0 as *const AtomicU64).add(worker * SLOTS + slot) }
+    }
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+fn write_byte(fd: RawFd, b: u8) {
+    // SAFETY: writes one byte from a live buffer.
+    assert_eq!(unsafe { libc::write(fd, [b].as_ptr().cast(), 1) }, 1);
+}
+
+fn read_byte(fd: RawFd) -> u8 {
+    let mut b = [0u8; 1];
+    // SAFETY: reads one byte into a live buffer (blocking pipe end).
+    assert_eq!(unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) }, 1);
+    b[0]
+}
+
+fn run(setup: Setup) -> Option<Outcome> {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+    let group = match setup {
+        Setup::Acceptor(backend) => match Group::builder()
+            .backend(backend)
+            .rotate_every(1)
+            .max_members(WORKERS)
+            .build()
+        {
+            Ok(g) => Some(g),
+            Err(e) => {
+                eprintln!("SKIPPED {setup:?}: {e}");
+                return None;
+            }
+        },
+        Setup::Nested => None,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shm = Shm::new(WORKERS * SLOTS);
+    let (ready_r, ready_w) = pipe();
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (stop_r, stop_w) = pipe();
+        // SAFETY: the child runs only the worker below (std, Tokio, herdless, libc) and leaves
+        // by _exit; it never returns into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                worker(w, setup, group.as_ref(), &listener, shm, &ready_w, stop_r)
+            })) {
+                Ok(()) => 0,
+                Err(_) => 1,
+            };
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        drop(stop_r);
+        workers.push((pid, stop_w));
+    }
+    drop(ready_w);
+    for _ in 0..WORKERS {
+        read_byte(ready_r.as_raw_fd());
+    }
+    // The client: one connection at a time, 1 ms apart; the reply names the worker.
+    let mut per_worker = vec![0u64; WORKERS];
+    let mut served = 0;
+    for _ in 0..CONNECTIONS {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut who = [0u8; 1];
+        if stream.read_exact(&mut who).is_ok() && (who[0] as usize) < WORKERS {
+            per_worker[who[0] as usize] += 1;
+            served += 1;
+        }
+        drop(stream);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut process = Vec::new();
+    for (pid, stop_w) in &workers {
+        write_byte(stop_w.as_raw_fd(), b's');
+        let mut status = 0;
+        // SAFETY: rusage is plain data.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: reaps our own child into live out-parameters.
+        assert_eq!(
+            unsafe { libc::wait4(*pid, &mut status, 0, &mut usage) },
+            *pid
+        );
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "worker {pid} failed: status {status}"
+        );
+        process.push(usage.ru_nvcsw as u64);
+    }
+    let column = |slot| (0..WORKERS).map(|w| shm.at(w, slot).load(SeqCst)).collect();
+    Some(Outcome {
+        served,
+        per_worker,
+        accepted: column(ACCEPTED),
+        listener_thread: column(LISTENER_THREAD),
+        runtime_thread: column(RUNTIME_THREAD),
+        process,
+    })
+}
+
+/// One forked worker: a current-thread runtime that accepts and answers with its index until
+/// the parent's stop byte.
+fn worker(
+    w: usize,
+    setup: Setup,
+    group: Option<&Group>,
+    listener: &TcpListener,
+    shm: Shm,
+    ready: &OwnedFd,
+    stop: OwnedFd,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let listener = listener.try_clone().unwrap();
+    let runtime_start = counters::thread_voluntary_switches().unwrap();
+    rt.block_on(async {
+        match (setup, group) {
+            (Setup::Acceptor(_), Some(group)) => {
+                let mut acceptor = Acceptor::new(group, listener).unwrap();
+                write_byte(ready.as_raw_fd(), 1);
+                tokio::spawn(async move {
+                    loop {
+                        let (stream, _) = acceptor.accept().await.unwrap();
+                        answer(&stream, w).await;
+                        let stats = acceptor.stats();
+                        shm.at(w, ACCEPTED).store(stats.accepted, SeqCst);
+                        shm.at(w, LISTENER_THREAD)
+                            .store(stats.kernel_wakeups.unwrap(), SeqCst);
+                    }
+                });
+            }
+            _ => {
+                let epoll = nested_epoll(&listener);
+                write_byte(ready.as_raw_fd(), 1);
+                tokio::spawn(async move {
+                    // SAFETY: the AsyncFd owns the epoll descriptor, which stays open for its
+                    // whole life.
+                    let epoll = unsafe { AsyncFd::register(epoll) }.unwrap();
+                    let mut accepted = 0;
+                    loop {
+                        let mut guard = epoll.readable().await.unwrap();
+                        harvest(epoll.get_ref().as_raw_fd());
+                        while let Ok((stream, _)) = listener.accept() {
+                            accepted += 1;
+                            stream.set_nonblocking(true).unwrap();
+                            answer(&tokio::net::TcpStream::from_std(stream).unwrap(), w).await;
+                        }
+                        guard.clear_ready();
+                        shm.at(w, ACCEPTED).store(accepted, SeqCst);
+                    }
+                });
+            }
+        }
+        // The stop byte; the wake-up it costs is left out of the runtime thread's count.
+        // SAFETY: the AsyncFd owns the pipe's read end, open for its whole life.
+        let stop = unsafe { AsyncFd::register(stop) }.unwrap();
+        let _ = stop.readable().await.unwrap();
+        let now = counters::thread_voluntary_switches().unwrap();
+        let runtime = now.saturating_sub(runtime_start + 1);
+        shm.at(w, RUNTIME_THREAD).store(runtime, SeqCst);
+        if setup == Setup::Nested {
+            // The runtime thread is the one that waits on the listener.
+            shm.at(w, LISTENER_THREAD).store(runtime, SeqCst);
+        }
+    });
+    // Dropping the runtime drops the serving task and with it the acceptor, which wakes its
+    // thread and joins it: the clean shutdown is part of the test.
+    drop(rt);
+}
+
+/// Writes the worker's index and closes.
+async fn answer(stream: &tokio::net::TcpStream, w: usize) {
+    loop {
+        stream.writable().await.unwrap();
+        match stream.try_write(&[w as u8]) {
+            Ok(_) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => panic!("answer: {e}"),
+        }
+    }
+}
+
+/// The naive nesting: an epoll of the worker's own with the listener `EPOLLEXCLUSIVE`.
+fn nested_epoll(listener: &TcpListener) -> OwnedFd {
+    // SAFETY: creates a new descriptor or fails.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(fd >= 0);
+    let mut ev = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+        u64: 0,
+    };
+    // SAFETY: our epoll, the listener we hold and a live event struct.
+    let r = unsafe { libc::epoll_ctl(fd, libc::EPOLL_CTL_ADD, listener.as_raw_fd(), &mut ev) };
+    assert_eq!(r, 0);
+    // SAFETY: a fresh descriptor owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Takes the nested epoll's ready events without waiting.
+fn harvest(epoll: RawFd) {
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: a live buffer of 4 events; timeout 0.
+    unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), 4, 0) };
+}
+
+fn check_acceptor(backend: Backend) {
+    let Some(out) = run(Setup::Acceptor(backend)) else {
+        return;
+    };
+    out.report(Setup::Acceptor(backend));
+    assert_eq!(out.served, CONNECTIONS, "{out:?}");
+    assert_eq!(
+        out.accepted.iter().sum::<u64>(),
+        CONNECTIONS as u64,
+        "{out:?}"
+    );
+    let max = *out.per_worker.iter().max().unwrap();
+    let min = *out.per_worker.iter().min().unwrap();
+    assert!(max - min <= 2, "workers did not take turns: {out:?}");
+    // Native: one wake-up per connection. Emulated: one more, when the token passes to the
+    // next member's thread (its wake-up to take the lead), so about two.
+    let bound = match backend {
+        Backend::Emulated => 2.5,
+        _ => 1.5,
+    };
+    let per_conn = Outcome::per_conn(&out.listener_thread);
+    assert!(
+        per_conn <= bound,
+        "{per_conn:.2} kernel wake-ups of the acceptor threads per connection: {out:?}"
+    );
+}
+
+#[test]
+fn acceptor_takes_turns_without_the_herd_native() {
+    check_acceptor(Backend::Native);
+}
+
+#[test]
+fn acceptor_takes_turns_without_the_herd_emulated() {
+    check_acceptor(Backend::Emulated);
+}
+
+#[test]
+fn nested_exclusive_epoll_herds() {
+    let out = run(Setup::Nested).unwrap();
+    out.report(Setup::Nested);
+    assert_eq!(out.served, CONNECTIONS, "{out:?}");
+    let per_conn = Outcome::per_conn(&out.listener_thread);
+    // Every one of the W runtime threads is woken for every connection; allow for a thread
+    // that was still busy when a connection came.
+    assert!(
+        per_conn >= 0.75 * WORKERS as f64,
+        "the nesting did not herd ({per_conn:.2} wake-ups per connection): {out:?}"
+    );
+}
+
+/// `close` hands out every connection the acceptor had taken or been woken for, then `accept`
+/// says `NotConnected` and the `Stream` ends; nothing queued at the listener is lost.
+fn close_hands_over_then_ends(backend: Backend) {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+    let group = match Group::builder().backend(backend).build() {
+        Ok(g) => g,
+        Err(e) => return eprintln!("SKIPPED {backend:?}: {e}"),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let mut acceptor = Acceptor::with_backlog(&group, listener, 1).unwrap();
+    // Three connections, queued before the close; the backlog of 1 keeps most at the listener.
+    let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let taken = rt.block_on(async {
+        let first = acceptor.accept().await.unwrap();
+        acceptor.close();
+        let mut taken = vec![first];
+        while let Some(conn) = std::future::poll_fn(|cx| {
+            futures_core::Stream::poll_next(std::pin::Pin::new(&mut acceptor), cx)
+        })
+        .await
+        {
+            taken.push(conn.unwrap());
+        }
+        let after = acceptor.accept().await.unwrap_err();
+        assert_eq!(after.kind(), std::io::ErrorKind::NotConnected);
+        taken
+    });
+    assert_eq!(taken.len(), clients.len(), "{:?}", acceptor.stats());
+    assert_eq!(acceptor.stats().accepted, 3);
+    drop(acceptor);
+    // The member left the group when its thread ended.
+    assert!(
+        group.stats().iter().all(|m| !m.alive),
+        "{:?}",
+        group.stats()
+    );
+}
+
+#[test]
+fn close_hands_over_then_ends_native() {
+    if herdless::Group::builder()
+        .backend(Backend::Native)
+        .build()
+        .is_ok()
+    {
+        close_hands_over_then_ends(Backend::Native);
+    } else {
+        eprintln!("SKIPPED: no native backend here");
+    }
+}
+
+#[test]
+fn close_hands_over_then_ends_emulated() {
+    close_hands_over_then_ends(Backend::Emulated);
+}
+
+#[test]
+fn a_zero_backlog_is_refused() {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+    let group = Group::builder().backend(Backend::Emulated).build().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = Acceptor::with_backlog(&group, listener, 0).unwrap_err();
+    assert!(
+        matches!(err, herdless::Error::InvalidSetting { .. }),
+        "{err:?}"
+    );
+    assert!(
+        group.stats().is_empty(),
+        "nothing joined: {:?}",
+        group.stats()
+    );
+}
+
+/// Dropping the acceptor wakes its thread (asleep in its wait, or waiting for room in a full
+/// channel), joins it, and the member leaves the group; the connections it had taken are
+/// closed, and a later connection goes to the group's other member.
+fn drop_wakes_and_joins(backend: Backend) {
+    let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+    let group = match Group::builder().backend(backend).build() {
+        Ok(g) => g,
+        Err(e) => return eprintln!("SKIPPED {backend:?}: {e}"),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Asleep in its wait: nothing ever connects.
+    let idle = Acceptor::new(&group, listener.try_clone().unwrap()).unwrap();
+    drop(idle);
+    // Blocked on a full channel: backlog 1, two connections, nobody accepts.
+    let full = Acceptor::with_backlog(&group, listener.try_clone().unwrap(), 1).unwrap();
+    let mut clients: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while full.stats().accepted < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(full.stats().accepted, 1, "{:?}", full.stats());
+    drop(full);
+    assert!(
+        group.stats().iter().all(|m| !m.alive),
+        "{:?}",
+        group.stats()
+    );
+    // The connection it had handed over is closed: its client reads the end.
+    clients[0]
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(clients[0].read(&mut byte), Ok(0) | Err(_)));
+    // The one it never took is still queued at the listener, for the next member.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let mut next = Acceptor::new(&group, listener).unwrap();
+    let taken = rt.block_on(next.accept());
+    assert!(taken.is_ok(), "{taken:?}");
+    clients.clear();
+}
+
+#[test]
+fn drop_wakes_and_joins_native() {
+    if Group::builder().backend(Backend::Native).build().is_ok() {
+        drop_wakes_and_joins(Backend::Native);
+    } else {
+        eprintln!("SKIPPED: no native backend here");
+    }
+}
+
+#[test]
+fn drop_wakes_and_joins_emulated() {
+    drop_wakes_and_joins(Backend::Emulated);
+}

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::contract::{Backend, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
-use crate::emulated::EmulatedGroup;
+use crate::emulated::{EmulatedGroup, Token};
 use crate::error::{Error, Result};
 use crate::members::Members;
 use crate::shared::SharedState;
@@ -123,6 +123,15 @@ pub(crate) struct GroupInner {
 }
 
 impl GroupInner {
+    /// The emulation's view of this group (its protocol's shared state, door bells, liveness
+    /// marks and turn setting), which the emulated backend works on. Emulated groups only.
+    pub(crate) fn protocol(&self) -> Token<'_> {
+        self.emulation
+            .as_ref()
+            .expect("an emulated waiter belongs to an emulated group")
+            .protocol(&self.shared, &self.live, self.rotate_every)
+    }
+
     /// The member table: every change of a member slot's state goes through it.
     pub(crate) fn members(&self) -> Members<'_> {
         Members::new(&self.shared, &self.live)
@@ -139,7 +148,7 @@ impl GroupInner {
                 continue;
             };
             match self.backend {
-                Backend::Emulated => crate::emulated::reap_member(self, m, seen),
+                Backend::Emulated => crate::emulated::reap_member(&self.protocol(), m, seen),
                 _ => {
                     // The kernel forgot the dead process's epoll entries: nothing to clear.
                     if let Some(reap) = members.begin_reap(m, seen, me) {

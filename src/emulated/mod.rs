@@ -34,12 +34,14 @@ use std::time::{Duration, Instant};
 use polling::{PollMode, Poller};
 
 use crate::error::{Error, RawSource, Result};
-use crate::group::GroupInner;
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
+use crate::liveness::Liveness;
 use crate::members::{Life, Membership};
+use crate::shared::SharedState;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
-use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
+pub(crate) use token::Token;
+use token::{LIVENESS_CHECK, LIVENESS_SWEEP};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -53,23 +55,25 @@ pub(crate) struct EmulatedGroup {
 }
 
 impl EmulatedGroup {
+    /// The protocol's view of the group these door bells belong to: what group.rs passes in.
+    pub(crate) fn protocol<'a>(
+        &'a self,
+        shared: &'a SharedState,
+        live: &'a Liveness,
+        rotate_every: u32,
+    ) -> Token<'a> {
+        Token {
+            shared,
+            bells: &self.bells,
+            live,
+            rotate_every,
+        }
+    }
+
     pub(crate) fn new(slots: usize) -> Result<EmulatedGroup> {
         Ok(EmulatedGroup {
             bells: Doorbells::new(slots)?,
         })
-    }
-}
-
-fn token(group: &GroupInner) -> Token<'_> {
-    let emu = group
-        .emulation
-        .as_ref()
-        .expect("an emulated waiter belongs to an emulated group");
-    Token {
-        shared: &group.shared,
-        bells: &emu.bells,
-        live: &group.live,
-        rotate_every: group.rotate_every,
     }
 }
 
@@ -126,26 +130,25 @@ pub(crate) struct EmulatedWaiter {
 }
 
 impl EmulatedWaiter {
-    pub(crate) fn new(group: &GroupInner, membership: Membership) -> Result<EmulatedWaiter> {
+    pub(crate) fn new(group: &Token<'_>, membership: Membership) -> Result<EmulatedWaiter> {
         let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
-        let emu = group.emulation.as_ref().expect("emulated group");
-        emu.bells.drain(me);
+        group.bells.drain(me);
         #[cfg(all(unix, not(loom)))]
         // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
         // an Arc of it), and `leave` deletes it from the poller.
         unsafe {
             poller
                 .add_with_mode(
-                    &emu.bells.watch_end(me),
+                    &group.bells.watch_end(me),
                     polling::Event::readable(DOORBELL_KEY),
                     PollMode::Level,
                 )
                 .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
         #[cfg(all(not(unix), not(loom)))]
-        emu.bells.install(me, poller.clone());
+        group.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
             me,
             membership,
@@ -167,7 +170,7 @@ impl EmulatedWaiter {
 
     pub(crate) fn add(
         &mut self,
-        group: &GroupInner,
+        group: &Token<'_>,
         fd: RawSource,
         key: usize,
         interest: Interest,
@@ -178,7 +181,7 @@ impl EmulatedWaiter {
                 return Err(Error::AlreadyRegistered { fd });
             }
             // The old descriptor was closed and its number reused: forget the old one.
-            self.forget(&token(group), fd);
+            self.forget(group, fd);
         }
         let source = match interest.is_exclusive() {
             true => {
@@ -219,7 +222,7 @@ impl EmulatedWaiter {
 
     pub(crate) fn modify(
         &mut self,
-        group: &GroupInner,
+        group: &Token<'_>,
         fd: RawSource,
         key: usize,
         interest: Interest,
@@ -241,13 +244,12 @@ impl EmulatedWaiter {
         Ok(())
     }
 
-    pub(crate) fn delete(&mut self, group: &GroupInner, fd: RawSource) -> Result<()> {
-        self.forget(&token(group), fd)
-            .ok_or(Error::NotRegistered { fd })
+    pub(crate) fn delete(&mut self, group: &Token<'_>, fd: RawSource) -> Result<()> {
+        self.forget(group, fd).ok_or(Error::NotRegistered { fd })
     }
 
-    pub(crate) fn consumed(&mut self, group: &GroupInner, key: usize) -> Result<()> {
-        let tk = token(group);
+    pub(crate) fn consumed(&mut self, group: &Token<'_>, key: usize) -> Result<()> {
+        let tk = group;
         let me = self.me;
         self.holding.retain(|&(s, k)| {
             if k == key {
@@ -346,11 +348,11 @@ impl EmulatedWaiter {
 
     pub(crate) fn wait(
         &mut self,
-        group: &GroupInner,
+        group: &Token<'_>,
         events: &mut Events,
         timeout: Option<Duration>,
     ) -> Result<usize> {
-        let tk = token(group);
+        let tk = group;
         let me = self.me;
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -362,7 +364,7 @@ impl EmulatedWaiter {
         if !group.members().go_idle(&self.membership) {
             return Err(crate::members::lost_slot());
         }
-        let result = self.wait_idle(&tk, events, deadline);
+        let result = self.wait_idle(tk, events, deadline);
         // Going busy: pass on every token this member has, so the group keeps listening, and go
         // to the back of the lines where it is due.
         if !group.members().go_busy(&self.membership) {
@@ -599,8 +601,8 @@ impl EmulatedWaiter {
     }
 
     /// Leaves the group: frees what this member holds and passes its tokens on.
-    pub(crate) fn leave(&mut self, group: &GroupInner) {
-        let tk = token(group);
+    pub(crate) fn leave(&mut self, group: &Token<'_>) {
+        let tk = group;
         let me = self.me;
         for (s, _) in std::mem::take(&mut self.holding) {
             tk.release(s, me);
@@ -762,14 +764,13 @@ fn identify(fd: RawSource) -> Result<u64> {
 }
 
 /// Clears out member `m` of an emulated group, found dead in word `seen`.
-pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: Life) {
-    token(group).reap(m, seen);
+pub(crate) fn reap_member(group: &Token<'_>, m: u32, seen: Life) {
+    group.reap(m, seen);
 }
 
 /// Wakes one emulated member, from any thread or any process of the group.
 #[derive(Clone)]
 pub(crate) struct EmulatedNotifier {
-    group: Arc<GroupInner>,
     member: u32,
     /// The slot's generation when the member joined: once it left, another member may use the
     /// slot, and this notifier must not wake that one.
@@ -777,22 +778,18 @@ pub(crate) struct EmulatedNotifier {
 }
 
 impl EmulatedNotifier {
-    pub(crate) fn new(group: Arc<GroupInner>, member: u32) -> EmulatedNotifier {
+    pub(crate) fn new(group: &Token<'_>, member: u32) -> EmulatedNotifier {
         let generation = group.shared.member(member).generation();
-        EmulatedNotifier {
-            group,
-            member,
-            generation,
-        }
+        EmulatedNotifier { member, generation }
     }
 
-    pub(crate) fn notify(&self) -> Result<()> {
-        let slot = self.group.shared.member(self.member);
+    pub(crate) fn notify(&self, group: &Token<'_>) -> Result<()> {
+        let slot = group.shared.member(self.member);
         if slot.generation() != self.generation {
             return Ok(()); // the member left: there is nobody to wake
         }
         slot.notified.store(1, SeqCst);
-        token(&self.group).wake(self.member);
+        group.wake(self.member);
         Ok(())
     }
 }

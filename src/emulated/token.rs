@@ -66,6 +66,11 @@ pub(crate) struct Token<'a> {
 }
 
 impl Token<'_> {
+    /// The member table of the group.
+    pub(crate) fn members(&self) -> Members<'_> {
+        Members::new(self.shared, self.live)
+    }
+
     fn source(&self, s: usize) -> &SourceSlot {
         self.shared.source(s)
     }

@@ -150,13 +150,23 @@ pub struct Events {
 
 impl Events {
     /// A buffer that receives at most `capacity` events per wait. A capacity of 0 is allowed
-    /// here and refused by `wait` with [`Error::ZeroCapacity`].
+    /// here and refused by `wait` with [`Error::ZeroCapacity`]. Any capacity is accepted and
+    /// never panics: memory for at most [`Events::PREALLOCATED`] events is set aside here, and
+    /// the buffer grows past that only as far as waits actually fill it.
+    ///
+    /// ```
+    /// let huge = herdless::Events::with_capacity(usize::MAX / 8);
+    /// assert_eq!(huge.capacity(), usize::MAX / 8);
+    /// ```
     pub fn with_capacity(capacity: usize) -> Events {
         Events {
-            list: Vec::with_capacity(capacity),
+            list: Vec::with_capacity(capacity.min(Self::PREALLOCATED)),
             capacity,
         }
     }
+
+    /// The most events [`with_capacity`](Self::with_capacity) sets memory aside for at once.
+    pub const PREALLOCATED: usize = 1024;
 
     /// The events of the last wait.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Event> + '_ {

@@ -42,6 +42,14 @@ pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
 /// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.
 pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
+/// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
+/// waited for: the leader expires its hold and watches the source again, at the price of at
+/// most one empty wake-up if the holder had not read its message yet.
+pub(crate) const HOLD_BOUND: Duration = Duration::from_millis(40);
+/// A leader that leaves its ready source unclaimed, with nobody holding it, across two looks
+/// this far apart (it was stopped, or handed the token while stopped) loses the token to the
+/// member checking on it.
+pub(crate) const TAKE_BOUND: Duration = Duration::from_millis(15);
 /// How often every idle member of a group that spans processes wakes to look for a dead
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
@@ -129,6 +137,10 @@ impl Token<'_> {
     /// Returns whether `me` leads `s` now.
     pub(crate) fn take_if_due(&self, s: usize, me: u32) -> bool {
         let src = self.source(s);
+        if src.stuck.load(SeqCst) == me {
+            // Acting again: `pass` may hand it the token again.
+            let _ = src.stuck.compare_exchange(me, NONE, SeqCst, SeqCst);
+        }
         for _ in 0..8 {
             let leader = src.leader.load(SeqCst);
             if leader == me {
@@ -186,8 +198,12 @@ impl Token<'_> {
             return None;
         }
         let head = start.unwrap_or_else(|| src.line_head.load(SeqCst)) % high;
+        let stuck = src.stuck.load(SeqCst);
         (0..high).map(|i| (head + i) % high).find(|&m| {
-            m != not && src.has_member(m) && self.shared.member(m).state.load(SeqCst) == state::IDLE
+            m != not
+                && m != stuck
+                && src.has_member(m)
+                && self.shared.member(m).state.load(SeqCst) == state::IDLE
         })
     }
 
@@ -313,6 +329,61 @@ impl Token<'_> {
         if deputy != NONE && deputy != leader && deputy != me {
             self.wake(deputy);
         }
+    }
+
+    /// For `me`, leading `s` while another member holds its last event: how long until that
+    /// hold has lasted `HOLD_BOUND` (zero once it has). None if `me` does not wait for a holder.
+    pub(crate) fn hold_left(&self, s: usize, me: u32) -> Option<Duration> {
+        let src = self.source(s);
+        let holder = src.holder.load(SeqCst);
+        if src.leader.load(SeqCst) != me || holder == NONE || holder == me {
+            return None;
+        }
+        let held = monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst));
+        Some(HOLD_BOUND.saturating_sub(Duration::from_nanos(held)))
+    }
+
+    /// `me` leads `s` and `holder` has kept its last event past `HOLD_BOUND`: the hold ends
+    /// here, as if released, so that `me` watches the source again. The late holder's own
+    /// `release` then finds nothing to release. Returns whether it ended the hold.
+    pub(crate) fn expire_hold(&self, s: usize, me: u32, holder: u32) -> bool {
+        let src = self.source(s);
+        if src.leader.load(SeqCst) != me || holder == NONE || holder == me {
+            return false;
+        }
+        let expired = src
+            .holder
+            .compare_exchange(holder, NONE, SeqCst, SeqCst)
+            .is_ok();
+        if expired {
+            let deputy = src.deputy.load(SeqCst);
+            if deputy != NONE && deputy != me {
+                self.wake(deputy);
+            }
+        }
+        expired
+    }
+
+    /// `me` checks on `stuck`, which leads `s` but left it ready and unclaimed for
+    /// `TAKE_BOUND`: `me` takes the token (it is idle, in `wait`), and `pass` skips `stuck`
+    /// until it acts again. The stuck member, when it runs again, finds it no longer leads and
+    /// stops watching (one empty wake-up at most). Returns whether `me` took it.
+    pub(crate) fn take_from_stuck(&self, s: usize, me: u32, stuck: u32) -> bool {
+        let src = self.source(s);
+        if stuck == me || stuck == NONE || src.holder.load(SeqCst) != NONE {
+            return false;
+        }
+        if src
+            .leader
+            .compare_exchange(stuck, me, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        src.stuck.store(stuck, SeqCst);
+        self.wake(stuck);
+        self.appoint_watcher(s, me);
+        true
     }
 
     /// Whom `me` depends on for source `s` and must check on: the leader if `me` passed it the

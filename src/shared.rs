@@ -94,6 +94,9 @@ pub(crate) struct SourceSlot {
     /// (stopped, or starved of CPU): the token was taken from it, and `pass` skips it until it
     /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
     pub stuck: std::sync::atomic::AtomicU32,
+    /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
+    /// pass rings the new leader (see `Token::hold_left`). A hint.
+    pub quiet_claim: std::sync::atomic::AtomicU32,
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog. With a backlog and quick holders it pays for the next
     /// leaders to spin for their turn rather than sleep (see `Token::spinning_pays`).
@@ -247,6 +250,7 @@ impl Memory {
                 line_head: zero32(),
                 deputy: std::sync::atomic::AtomicU32::new(NONE),
                 stuck: std::sync::atomic::AtomicU32::new(NONE),
+                quiet_claim: std::sync::atomic::AtomicU32::new(0),
                 claimed_at: std::sync::atomic::AtomicU64::new(0),
                 hold_ns: std::sync::atomic::AtomicU64::new(0),
                 ready_on_arm: std::sync::atomic::AtomicU32::new(0),

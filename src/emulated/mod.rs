@@ -123,6 +123,9 @@ pub(crate) struct EmulatedWaiter {
     one_event: usize,
     /// The shared source slots of this member's exclusive registrations.
     sources: Vec<usize>,
+    /// The descriptors of those registrations (so that a wait's cost does not grow with the
+    /// number of other registrations).
+    exclusive_fds: Vec<RawSource>,
     raw_events: polling::Events,
     candidates: Vec<Candidate>,
     /// Ready descriptors not yet handed out, in turn order (see `serve_pending`).
@@ -166,6 +169,7 @@ impl EmulatedWaiter {
             to_back: Vec::new(),
             one_event: 0,
             sources: Vec::new(),
+            exclusive_fds: Vec::new(),
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
             pending: VecDeque::new(),
@@ -214,6 +218,7 @@ impl EmulatedWaiter {
             Some(s) => {
                 group.shared.source(s).set_member(self.me, true);
                 self.sources.push(s);
+                self.exclusive_fds.push(fd);
             }
         }
         self.registrations.insert(
@@ -288,10 +293,11 @@ impl EmulatedWaiter {
 
     /// After a look at sources it just started watching: were they ready at once?
     fn note_backlog(&self, tk: &Token<'_>) {
-        for (&fd, reg) in &self.registrations {
+        for fd in &self.exclusive_fds {
+            let reg = &self.registrations[fd];
             let Some(s) = reg.source else { continue };
             if reg.in_poller {
-                let ready = self.raw_events.iter().any(|ev| ev.key == fd as usize);
+                let ready = self.raw_events.iter().any(|ev| ev.key == *fd as usize);
                 tk.note_ready_on_arm(s, ready);
             }
         }
@@ -302,7 +308,8 @@ impl EmulatedWaiter {
     fn sync(&mut self, tk: &Token<'_>) -> Result<bool> {
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
-        for (&fd, reg) in &self.registrations {
+        for &fd in &self.exclusive_fds {
+            let reg = &self.registrations[&fd];
             let Some(s) = reg.source else { continue };
             let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
             if want != reg.in_poller {
@@ -351,6 +358,7 @@ impl EmulatedWaiter {
         }
         if let Some(s) = reg.source {
             self.sources.retain(|&x| x != s);
+            self.exclusive_fds.retain(|&x| x != fd);
             tk.shared.source(s).set_member(self.me, false);
             self.release_source(tk, s);
             if tk.shared.source(s).leader.load(SeqCst) == self.me {
@@ -433,9 +441,9 @@ impl EmulatedWaiter {
                 .filter_map(|&s| tk.hold_left(s, me))
                 .min();
             let suspect = self
-                .registrations
-                .values()
-                .any(|r| r.suspect.is_some())
+                .exclusive_fds
+                .iter()
+                .any(|fd| self.registrations[fd].suspect.is_some())
                 .then_some(TAKE_BOUND);
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let poll_timeout = [left, check_every, hold, suspect]
@@ -495,8 +503,9 @@ impl EmulatedWaiter {
                     slot.wakeups.fetch_add(1, SeqCst);
                     return Ok(0);
                 }
-                if check_every.is_none() && hold.is_none() && suspect.is_none() {
-                    // Woken with nothing: a door bell where bells are the poller's notify.
+                if check_every.is_none() {
+                    // Woken with nothing: a door bell where bells are the poller's notify, or
+                    // the look at the holds of active sources (`Token::hold_left`).
                     slot.wakeups.fetch_add(1, SeqCst);
                     slot.token_wakeups.fetch_add(1, SeqCst);
                 }
@@ -738,7 +747,10 @@ impl EmulatedWaiter {
     /// (stopped, or handed the token while stopped): this member takes the token from it.
     fn look_for_stuck(&mut self, tk: &Token<'_>) {
         let me = self.me;
-        for (&fd, reg) in self.registrations.iter_mut() {
+        for &fd in &self.exclusive_fds {
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
             let Some(s) = reg.source else { continue };
             let src = tk.shared.source(s);
             let leader = src.leader.load(SeqCst);

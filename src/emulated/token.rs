@@ -50,6 +50,9 @@ pub(crate) const HOLD_BOUND: Duration = Duration::from_millis(40);
 /// this far apart (it was stopped, or handed the token while stopped) loses the token to the
 /// member checking on it.
 pub(crate) const TAKE_BOUND: Duration = Duration::from_millis(15);
+/// A source claimed within this long is active: its members sleep with a `HOLD_BOUND` timer
+/// (see `Token::hold_left`).
+pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
 /// How often every idle member of a group that spans processes wakes to look for a dead
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
@@ -241,6 +244,10 @@ impl Token<'_> {
                     src.watcher.store(from, SeqCst);
                     if self.needs_watch(s) {
                         self.wake(next);
+                    } else if src.quiet_claim.swap(0, SeqCst) != 0 {
+                        // The first hold after a quiet spell: the new leader may sleep with no
+                        // timer, and must learn of the hold in case it overruns.
+                        self.wake(next);
                     } else if self.spinning_pays(s) {
                         // Rung while the holder still handles the event: the new leader wakes
                         // meanwhile and spins for the release (see `EmulatedWaiter`); usually
@@ -293,7 +300,13 @@ impl Token<'_> {
             .compare_exchange(NONE, me, SeqCst, SeqCst)
             .is_ok();
         if won {
-            src.claimed_at.store(monotonic_ns(), SeqCst);
+            let now = monotonic_ns();
+            let before = src.claimed_at.swap(now, SeqCst);
+            if now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
+                // The first claim after a quiet spell: members asleep since then have no
+                // timer, so `pass` rings the next leader (see `hold_left`).
+                src.quiet_claim.store(1, SeqCst);
+            }
         }
         won
     }
@@ -321,6 +334,13 @@ impl Token<'_> {
         {
             return;
         }
+        self.ring_after_release(s, me);
+    }
+
+    /// After `me` ended a hold of `s`: rings the leader, which may watch the source again, and
+    /// the deputy after it.
+    fn ring_after_release(&self, s: usize, me: u32) {
+        let src = self.source(s);
         let leader = src.leader.load(SeqCst);
         if leader != NONE && leader != me {
             self.wake(leader);
@@ -331,24 +351,34 @@ impl Token<'_> {
         }
     }
 
-    /// For `me`, leading `s` while another member holds its last event: how long until that
-    /// hold has lasted `HOLD_BOUND` (zero once it has). None if `me` does not wait for a holder.
+    /// How long `me`, idle and registered on `s`, may sleep before it must look at the hold of
+    /// `s` again (zero: a hold is overdue now). Someone must be awake to end an overdue hold,
+    /// and a member is made leader while a hold lasts without being rung (`pass`); so while
+    /// the source is active (a claim within `ACTIVE_WINDOW`), every member that does not
+    /// watch it sleeps at most `HOLD_BOUND`. A quiet source costs no timer: the first claim
+    /// after a quiet spell rings the new leader instead (see `claim` and `pass`).
     pub(crate) fn hold_left(&self, s: usize, me: u32) -> Option<Duration> {
         let src = self.source(s);
         let holder = src.holder.load(SeqCst);
-        if src.leader.load(SeqCst) != me || holder == NONE || holder == me {
-            return None;
+        let leader = src.leader.load(SeqCst);
+        let since_claim =
+            Duration::from_nanos(monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst)));
+        if holder != NONE && holder != me {
+            Some(HOLD_BOUND.saturating_sub(since_claim))
+        } else if holder == NONE && leader != me && leader != NONE && since_claim < ACTIVE_WINDOW {
+            Some(HOLD_BOUND)
+        } else {
+            None
         }
-        let held = monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst));
-        Some(HOLD_BOUND.saturating_sub(Duration::from_nanos(held)))
     }
 
-    /// `me` leads `s` and `holder` has kept its last event past `HOLD_BOUND`: the hold ends
-    /// here, as if released, so that `me` watches the source again. The late holder's own
-    /// `release` then finds nothing to release. Returns whether it ended the hold.
+    /// `holder` has kept the last event of `s` past `HOLD_BOUND`: `me` (any idle member
+    /// registered on it) ends the hold, as if released, so that the leader watches the source
+    /// again; the late holder's own `release` then finds nothing to release. Returns whether
+    /// it ended the hold.
     pub(crate) fn expire_hold(&self, s: usize, me: u32, holder: u32) -> bool {
         let src = self.source(s);
-        if src.leader.load(SeqCst) != me || holder == NONE || holder == me {
+        if holder == NONE || holder == me {
             return false;
         }
         let expired = src
@@ -356,10 +386,7 @@ impl Token<'_> {
             .compare_exchange(holder, NONE, SeqCst, SeqCst)
             .is_ok();
         if expired {
-            let deputy = src.deputy.load(SeqCst);
-            if deputy != NONE && deputy != me {
-                self.wake(deputy);
-            }
+            self.ring_after_release(s, me);
         }
         expired
     }

@@ -22,7 +22,29 @@ const TIMEOUT: Duration = Duration::from_millis(200);
 /// still catches a wait that never returns.
 const OVERRUN_BOUND: Duration = Duration::from_millis(1000);
 /// How long a whole shape may run before the test calls it a stall.
-const RUN_BOUND: Duration = Duration::from_secs(60);
+const RUN_BOUND: Duration = Duration::from_secs(30);
+/// Messages queued in each pipe of a backlog run: enough for the emulation's early wake-up
+/// to kick in (it did, and locked the group, with two sources and three thousand each).
+const PER_PIPE: u64 = 3000;
+
+/// Reads exactly `buf.len()` bytes from `fd` (blocking), failing the test if nothing comes
+/// for `RUN_BOUND`: a member stuck inside `wait` fails the test instead of hanging it.
+fn read_bounded(fd: RawFd, mut buf: &mut [u8]) {
+    while !buf.is_empty() {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one live pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, RUN_BOUND.as_millis() as i32) };
+        assert!(ready == 1, "the group stalled: nothing for {RUN_BOUND:?}");
+        // SAFETY: reads into a live buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        assert!(n > 0, "read: {n} {}", std::io::Error::last_os_error());
+        buf = &mut buf[n as usize..];
+    }
+}
 
 /// `n` pipes, each with `messages` messages queued and its write end closed (EOF after them).
 fn backlogged_pipes(n: usize, messages: u64) -> Vec<OwnedFd> {
@@ -107,7 +129,6 @@ fn check_shares(what: &str, shares: &[Share], total: u64) {
 
 /// Members that each register every one of `sources` pipes exclusive, as threads.
 fn sources_shared_by_threads(backend: Backend, sources: usize) {
-    const PER_PIPE: u64 = 300;
     for members in [2, 3, 4, 8] {
         for interest in [
             Interest::READABLE.exclusive().one_event_round_robin(),
@@ -115,16 +136,25 @@ fn sources_shared_by_threads(backend: Backend, sources: usize) {
         ] {
             let group = Group::builder().backend(backend).build().unwrap();
             let pipes = Arc::new(backlogged_pipes(sources, PER_PIPE));
+            let (done_tx, done_rx) = mpsc::channel();
             let handles: Vec<_> = (0..members)
                 .map(|_| {
                     let mut waiter = group.join().unwrap();
-                    let pipes = pipes.clone();
+                    let (pipes, done_tx) = (pipes.clone(), done_tx.clone());
                     thread::spawn(move || {
                         let fds: Vec<RawFd> = pipes.iter().map(|p| p.as_raw_fd()).collect();
-                        drain_shared_pipes(&mut waiter, &fds, interest)
+                        let share = drain_shared_pipes(&mut waiter, &fds, interest);
+                        let _ = done_tx.send(());
+                        share
                     })
                 })
                 .collect();
+            // A member stuck inside `wait` fails the test instead of hanging it.
+            for _ in 0..members {
+                done_rx
+                    .recv_timeout(RUN_BOUND)
+                    .expect("the group stalled: a member never finished");
+            }
             let shares: Vec<Share> = handles.into_iter().map(|h| h.join().unwrap()).collect();
             let what = format!("{backend:?} {sources} sources, {members} threads, {interest:?}");
             check_shares(&what, &shares, sources as u64 * PER_PIPE);
@@ -135,17 +165,15 @@ fn sources_shared_by_threads(backend: Backend, sources: usize) {
 /// As `sources_shared_by_threads`, with forked processes.
 fn sources_shared_by_processes(backend: Backend, sources: usize) {
     let _one_at_a_time = one_fork_at_a_time();
-    const PER_PIPE: u64 = 250;
     for members in [2, 3, 4, 8] {
         let interest = Interest::READABLE.exclusive().one_event_round_robin();
         let group = Group::builder().backend(backend).build().unwrap();
         let pipes = backlogged_pipes(sources, PER_PIPE);
         let fds: Vec<RawFd> = pipes.iter().map(|p| p.as_raw_fd()).collect();
-        let (res_r, res_w) = pipe();
-        // SAFETY: fcntl on our own descriptor: the parent reads it blocking.
-        unsafe { libc::fcntl(res_r.as_raw_fd(), libc::F_SETFL, 0) };
+        // One result pipe per member: a record longer than PIPE_BUF is not written atomically.
+        let results: Vec<(OwnedFd, OwnedFd)> = (0..members).map(|_| pipe()).collect();
         let mut pids = Vec::new();
-        for _ in 0..members {
+        for res_w in results.iter().map(|r| &r.1) {
             // SAFETY: the child only uses this crate, raw system calls and _exit.
             let pid = unsafe { libc::fork() };
             assert!(pid >= 0, "fork failed");
@@ -171,14 +199,15 @@ fn sources_shared_by_processes(backend: Backend, sources: usize) {
             }
             pids.push(pid);
         }
-        drop(res_w);
+        let mut on_failure = Children(pids.clone());
         let mut shares = Vec::new();
-        let read_u64 = || {
-            let mut buf = [0u8; 8];
-            read_exact(res_r.as_raw_fd(), &mut buf);
-            u64::from_ne_bytes(buf)
-        };
-        for _ in 0..members {
+        for (res_r, res_w) in results {
+            drop(res_w);
+            let read_u64 = || {
+                let mut buf = [0u8; 8];
+                read_bounded(res_r.as_raw_fd(), &mut buf);
+                u64::from_ne_bytes(buf)
+            };
             let n = read_u64();
             let worst_overrun = Duration::from_micros(read_u64());
             let empty = read_u64();
@@ -189,15 +218,7 @@ fn sources_shared_by_processes(backend: Backend, sources: usize) {
                 empty,
             });
         }
-        for pid in pids {
-            let mut status = 0;
-            // SAFETY: reaps our own child.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            assert!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "a member failed (status {status})"
-            );
-        }
+        on_failure.wait_all();
         let what = format!("{backend:?} {sources} sources, {members} processes");
         check_shares(&what, &shares, sources as u64 * PER_PIPE);
     }
@@ -451,7 +472,6 @@ fn member_sleeps_holding_threads(backend: Backend) {
             let mut waiter = group.join().unwrap();
             waiter.add(&*rx, 0, interest).unwrap();
             let (rx, read_tx, paused) = (rx.clone(), read_tx.clone(), paused.clone());
-            let g = group.clone();
             thread::spawn(move || {
                 let mut events = Events::with_capacity(1);
                 let mut mine = 0;
@@ -465,15 +485,6 @@ fn member_sleeps_holding_threads(backend: Backend) {
                             read_tx.send((id, Instant::now())).unwrap();
                             mine += 1;
                             if m == 0 && mine == 50 && !paused.swap(true, SeqCst) {
-                                if std::env::var("SHAPES_DEBUG").is_ok() {
-                                    let g = g.clone();
-                                    thread::spawn(move || {
-                                        for _ in 0..5 {
-                                            thread::sleep(Duration::from_millis(100));
-                                            eprintln!("{:?}", g.stats());
-                                        }
-                                    });
-                                }
                                 thread::sleep(PAUSE); // holding: consumed comes after
                             }
                         }
@@ -592,7 +603,7 @@ fn member_paused_processes(backend: Backend, fault: Fault) {
     let mut reads = Vec::new();
     for _ in 0..messages {
         let mut buf = [0u8; 8];
-        read_exact(ack_r.as_raw_fd(), &mut buf);
+        read_bounded(ack_r.as_raw_fd(), &mut buf);
         reads.push((u64::from_ne_bytes(buf), Instant::now()));
     }
     producer.join().unwrap();

@@ -541,16 +541,24 @@ mod model {
         live: Liveness,
     }
 
+    /// Source identities that land on slots 0 and 1.
+    const IDS: [u64; 2] = [2, 3];
+
     impl World {
         fn new(members: u32) -> Arc<World> {
+            World::with_sources(members, 1)
+        }
+        /// A group of `members` members registered on `sources` sources (0, then 1).
+        fn with_sources(members: u32, sources: usize) -> Arc<World> {
             let shared = SharedState::new(4).unwrap();
             for _ in 0..members {
                 shared.claim_slot(1).unwrap();
             }
-            let s = shared.source_index(1).unwrap();
-            assert_eq!(s, 0);
-            for m in 0..members {
-                shared.source(0).set_member(m, true);
+            for (want, &id) in IDS.iter().enumerate().take(sources) {
+                assert_eq!(shared.source_index(id).unwrap(), want);
+                for m in 0..members {
+                    shared.source(want).set_member(m, true);
+                }
             }
             Arc::new(World {
                 shared,
@@ -580,6 +588,126 @@ mod model {
             w.shared.source(0).holder.store(holder, SeqCst);
             w
         }
+    }
+
+    /// Runs a model with a bound on preemptions, to keep three members on two sources within
+    /// minutes (the bugs found so far need two).
+    fn bounded(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    /// Two sources and three members: member 0 leads both and goes busy, passing both tokens,
+    /// while members 1 and 2 come back to wait. Each source ends led by an idle member that
+    /// knows it (it took the token, or its bell rang): a member's role on one source never
+    /// stands in for its role on the other.
+    #[test]
+    fn two_sources_passed_while_two_members_go_idle() {
+        bounded(|| {
+            let w = World::with_sources(3, 2);
+            w.set_state(0, state::IDLE);
+            for s in 0..2 {
+                w.shared.source(s).leader.store(0, SeqCst);
+            }
+            let busy = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.set_state(0, state::BUSY);
+                    for s in 0..2 {
+                        w.token().pass(s, 0, true);
+                    }
+                })
+            };
+            let idle: Vec<_> = [1u32, 2]
+                .into_iter()
+                .map(|m| {
+                    let w = w.clone();
+                    thread::spawn(move || {
+                        w.set_state(m, state::IDLE);
+                        [0, 1].map(|s| w.token().take_if_due(s, m))
+                    })
+                })
+                .collect();
+            let took: Vec<[bool; 2]> = idle.into_iter().map(|h| h.join().unwrap()).collect();
+            busy.join().unwrap();
+            for s in 0..2 {
+                let leader = w.shared.source(s).leader.load(SeqCst);
+                assert!(leader == 1 || leader == 2, "source {s} led by {leader}");
+                let knows = took[leader as usize - 1][s] || w.bells.is_rung(leader);
+                assert!(knows, "source {s}: its leader {leader} was never told");
+            }
+        });
+    }
+
+    /// Two sources held by two members, one leader for both: the holder of source 0 releases
+    /// it while the third member ends the same hold as overdue, and the holder of source 1
+    /// releases it meanwhile. Both sources end free, and their leader was rung for each.
+    #[test]
+    fn an_overdue_hold_ended_while_it_is_released() {
+        bounded(|| {
+            let w = World::with_sources(3, 2);
+            let (leader, h0, h1) = (2, 0, 1);
+            w.set_state(leader, state::IDLE);
+            for (s, h) in [(0, h0), (1, h1)] {
+                w.shared.source(s).leader.store(leader, SeqCst);
+                w.shared.source(s).holder.store(h, SeqCst);
+            }
+            let late = spawn_release(&w, h0);
+            let other = {
+                let w = w.clone();
+                thread::spawn(move || w.token().release(1, h1))
+            };
+            let ended = w.token().expire_hold(0, h1, h0);
+            late.join().unwrap();
+            other.join().unwrap();
+            for s in 0..2 {
+                assert!(w.token().needs_watch(s), "source {s} still held");
+            }
+            assert!(w.bells.is_rung(leader), "the leader never learned");
+            let _ = ended;
+        });
+    }
+
+    /// A leader thought stuck runs again and claims its ready source while the member checking
+    /// on it takes the token from it. At most one of them holds the event; the token ends with
+    /// one of them; and if the checker took it from a leader that claimed nothing, the checker
+    /// watches (the source is free) and the old leader is skipped from then on.
+    #[test]
+    fn a_stuck_leader_resumes_while_its_token_is_taken() {
+        bounded(|| {
+            let w = World::with_sources(3, 2);
+            let (stuck, checker) = (0, 1);
+            for m in 0..3 {
+                w.set_state(m, state::IDLE);
+            }
+            w.shared.source(0).leader.store(stuck, SeqCst);
+            // Source 1 is led by the checker meanwhile and untouched: the take-over of
+            // source 0 must not move it.
+            w.shared.source(1).leader.store(checker, SeqCst);
+            let resumed = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    // `hand_one`: claims only while it still leads.
+                    w.leader() == stuck && w.token().claim(0, stuck)
+                })
+            };
+            let took = w.token().take_from_stuck(0, checker, stuck);
+            let claimed = resumed.join().unwrap();
+            let src = w.shared.source(0);
+            assert_eq!(w.shared.source(1).leader.load(SeqCst), checker);
+            if took {
+                assert_eq!(w.leader(), checker);
+                assert_eq!(src.stuck.load(SeqCst), stuck);
+            } else {
+                assert_eq!(w.leader(), stuck);
+            }
+            if !claimed {
+                assert!(w.token().needs_watch(0));
+            } else {
+                assert_eq!(src.holder.load(SeqCst), stuck);
+            }
+        });
     }
 
     /// `holder` releases source 0 of `w` on another thread.

@@ -16,6 +16,13 @@
 //! `pass` rings it at once and names the member after it (the deputy, which `release` rings),
 //! and both spin for their turn instead of sleeping, so the hand-off puts no kernel wake-up on
 //! the critical path. Otherwise `release` rings the new leader.
+//!
+//! Ready descriptors of the member's own: one kernel wait finds every ready registration at
+//! once (its buffer grows with the registrations), and those not handed out wait in a queue,
+//! served in turn by the next waits without a kernel wait, each looked at again by one poll(2)
+//! first. So every ready descriptor is reached however many there are, and a wait costs in
+//! proportion to what it returns. Identity: an exclusive descriptor is its open file (device,
+//! inode) and its access mode, so the two ends of a pipe are two sources.
 
 mod doorbell;
 mod token;

@@ -26,6 +26,12 @@
 //! (`wake`), and the member stores "not spinning" before it reads the shared state one last time
 //! and sleeps. The deputy and the timings are hints only.
 //!
+//! Members that do not act (slow, stopped with SIGSTOP, starved of CPU) are not waited for: a
+//! hold that lasts `HOLD_BOUND` is ended by whichever member registered on the source looks
+//! first (while a source is active, members that do not watch it sleep at most that long), and
+//! a leader that leaves its ready source unclaimed for `TAKE_BOUND` loses the token to the
+//! member checking on it, and is skipped (`stuck`) until it acts again.
+//!
 //! Liveness: a dead leader or holder is noticed by the member that last passed the token (the
 //! *watcher*) or by the leader, which then wait with a short timeout, but only when the member
 //! they depend on is in another process; threads of one process never poll.

@@ -1003,3 +1003,62 @@ impl EmulatedNotifier {
         Ok(())
     }
 }
+
+#[cfg(all(test, unix, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::{Backend, Group};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors on success.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: fresh descriptors, owned from here on.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    /// The state that locked a group with two exclusive sources under a backlog: a member leads
+    /// source A (free, as a leader's source normally is) and is the deputy of source B, and
+    /// the hints say spinning pays. Its spin ends within its bound (the role on A does not
+    /// count as a change for B), and its `wait` returns at its deadline.
+    #[test]
+    fn leading_one_source_and_deputy_of_another() {
+        let group = Group::builder().backend(Backend::Emulated).build().unwrap();
+        let inner = &group.inner;
+        let me = inner.shared.claim_slot(std::process::id()).unwrap();
+        let other = inner.shared.claim_slot(std::process::id()).unwrap();
+        let mut waiter = EmulatedWaiter::new(inner, me).unwrap();
+        let (a, _a_w) = pipe();
+        let (b, _b_w) = pipe();
+        let exclusive = Interest::READABLE.exclusive();
+        waiter.add(inner, a.as_raw_fd(), 0, exclusive).unwrap();
+        waiter.add(inner, b.as_raw_fd(), 1, exclusive).unwrap();
+        let (sa, sb) = (waiter.sources[0], waiter.sources[1]);
+        let src = |s| inner.shared.source(s);
+        src(sa).leader.store(me, SeqCst);
+        src(sb).leader.store(other, SeqCst);
+        src(sb).deputy.store(me, SeqCst);
+        for s in [sa, sb] {
+            src(s).ready_on_arm.store(1024, SeqCst);
+            src(s).hold_ns.store(0, SeqCst);
+        }
+        let tk = token(inner);
+        let start = Instant::now();
+        assert!(
+            !waiter.spin_for_release(&tk, None),
+            "leading A counted as a change for B"
+        );
+        assert!(start.elapsed() < Duration::from_secs(1), "the spin overran");
+        let mut events = Events::with_capacity(4);
+        let timeout = Duration::from_millis(100);
+        let start = Instant::now();
+        assert_eq!(waiter.wait(inner, &mut events, Some(timeout)).unwrap(), 0);
+        let took = start.elapsed();
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(1),
+            "wait({timeout:?}) took {took:?}"
+        );
+        waiter.leave(inner);
+    }
+}

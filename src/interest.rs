@@ -67,6 +67,12 @@ impl Interest {
     }
 
     /// An event on this descriptor wakes exactly one waiter of the group (POLLEXCL).
+    ///
+    /// What is shared out is readiness *changes*. A descriptor that stays ready (a pipe's
+    /// write end with room) is ready at once for every waiter that adds or re-adds it: on the
+    /// native backend, whose rotation re-adds it, several waiters may be let in together and
+    /// the late ones find the room gone (`EAGAIN`); the emulation hands it to one waiter at a
+    /// time.
     #[must_use]
     pub const fn exclusive(mut self) -> Interest {
         self.exclusive = true;

@@ -1008,14 +1008,10 @@ impl EmulatedNotifier {
 mod tests {
     use super::*;
     use crate::{Backend, Group};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsRawFd, OwnedFd};
 
     fn pipe() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two descriptors on success.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: fresh descriptors, owned from here on.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+        nix::unistd::pipe().unwrap()
     }
 
     /// The state that locked a group with two exclusive sources under a backlog: a member leads

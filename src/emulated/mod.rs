@@ -423,8 +423,11 @@ impl EmulatedWaiter {
             }
             for &s in &self.sources {
                 // A holder that kept its event too long is not waited for (`HOLD_BOUND`).
+                // (The holder is read before the hold's age: a claim made after that read is
+                // young, and is not ended.)
+                let holder = tk.shared.source(s).holder.load(SeqCst);
                 if tk.hold_left(s, me) == Some(Duration::ZERO) {
-                    tk.expire_hold(s, me, tk.shared.source(s).holder.load(SeqCst));
+                    tk.expire_hold(s, me, holder);
                 }
                 if !tk.take_if_due(s, me) {
                     tk.volunteer(s, me);

@@ -301,18 +301,19 @@ impl Token<'_> {
     /// `me`, the leader, saw `s` ready: claims its event. False if another member holds it.
     pub(crate) fn claim(&self, s: usize, me: u32) -> bool {
         let src = self.source(s);
+        // The claim's time is stored before the claim itself: a member that sees the new
+        // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
+        // claim that loses only makes the current hold look younger.
+        let now = monotonic_ns();
+        let before = src.claimed_at.swap(now, SeqCst);
         let won = src
             .holder
             .compare_exchange(NONE, me, SeqCst, SeqCst)
             .is_ok();
-        if won {
-            let now = monotonic_ns();
-            let before = src.claimed_at.swap(now, SeqCst);
-            if now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
-                // The first claim after a quiet spell: members asleep since then have no
-                // timer, so `pass` rings the next leader (see `hold_left`).
-                src.quiet_claim.store(1, SeqCst);
-            }
+        if won && now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
+            // The first claim after a quiet spell: members asleep since then have no timer,
+            // so `pass` rings the next leader (see `hold_left`).
+            src.quiet_claim.store(1, SeqCst);
         }
         won
     }

@@ -464,8 +464,8 @@ const MEMBERS: usize = 4;
 const PAUSE: Duration = Duration::from_secs(2);
 /// The longest gap between two reads of the group tolerated while one member is paused. The
 /// target is 100 ms (`-- --nocapture` prints what was measured); generous for a loaded
-/// machine, and well short of the pause itself.
-const GAP_BOUND: Duration = Duration::from_millis(700);
+/// machine (a load spike once gave both backends 300–400 ms), and half the pause itself.
+const GAP_BOUND: Duration = Duration::from_millis(1000);
 /// One message every this long.
 const PACE: Duration = Duration::from_millis(1);
 

@@ -3,7 +3,7 @@
 //! Each member has its own `polling::Poller` (a Poller lets one thread wait at a time) and a door
 //! bell (`doorbell`). Its own descriptors stay in its poller, level-triggered. Its exclusive
 //! descriptors are in its poller only while it holds their token and their last event has been
-//! consumed (`token` has the protocol); a `sync` before every kernel wait makes the poller match
+//! consumed (`token` has the protocol); a `match_poller` before every kernel wait makes the poller match
 //! that rule. So one readiness event wakes one member, members take events in turn, and a
 //! member killed mid-run is cleared out by another (see `crate::liveness` and `crate::members`;
 //! on Linux its death wakes the member that depends on it at once, see `deathwatch`).
@@ -11,7 +11,7 @@
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder → `pass` hands the token to the next idle member → the event goes to
 //! the caller, who reads and calls `consumed` (or comes back to `wait`) → `release` lets the new
-//! leader watch: its `sync` puts the descriptor in its poller again.
+//! leader watch: its `match_poller` puts the descriptor in its poller again.
 //!
 //! The new leader learns of its turn in one of two ways. Under a backlog with quick holders,
 //! `pass` rings it at once and names the member after it (the deputy, which `release` rings),
@@ -27,6 +27,7 @@
 
 mod deathwatch;
 mod doorbell;
+mod identity;
 #[cfg(unix)]
 mod other_unix;
 mod token;
@@ -48,6 +49,7 @@ use crate::shared::SharedState;
 use crate::shared::NONE;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
+use identity::{identify, refuse_anonymous};
 pub(crate) use token::Token;
 use token::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
@@ -156,7 +158,7 @@ pub(crate) struct EmulatedWaiter {
     /// `serve_pending`'s list for poll(2), kept to save an allocation per wait.
     #[cfg(unix)]
     pollfds: Vec<libc::pollfd>,
-    /// `sync`'s list of poller changes, kept to save an allocation per wait.
+    /// `match_poller`'s list of poller changes, kept to save an allocation per wait.
     changes: Vec<(RawSource, bool)>,
     /// The processes this member depends on, whose deaths it waits on (see `deathwatch`).
     deaths: Box<DeathWatch>,
@@ -332,7 +334,7 @@ impl EmulatedWaiter {
 
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
     /// it leads whose last event has been consumed. Returns whether it added any.
-    fn sync(&mut self, tk: &Token<'_>) -> Result<bool> {
+    fn match_poller(&mut self, tk: &Token<'_>) -> Result<bool> {
         #[cfg(all(windows, not(loom)))]
         self.forget_closed_sockets(tk);
         let me = self.me;
@@ -351,7 +353,7 @@ impl EmulatedWaiter {
         result
     }
 
-    /// Adds to or deletes from the poller, as `sync` found needed; returns whether it added any.
+    /// Adds to or deletes from the poller, as `match_poller` found needed; returns whether it added any.
     fn apply(&mut self, tk: &Token<'_>, changes: &[(RawSource, bool)]) -> Result<bool> {
         let mut added = false;
         for &(fd, want) in changes {
@@ -461,7 +463,7 @@ impl EmulatedWaiter {
             }
             // Just started watching a source: look once without sleeping, to learn whether
             // it has a backlog (see `Token::spinning_pays`).
-            let probe = self.sync(tk)?;
+            let probe = self.match_poller(tk)?;
             // The processes this member depends on: their deaths wake it (a pidfd in its
             // poller, on Linux), and the periodic check stays as the fallback.
             self.depends_on.clear();
@@ -908,57 +910,6 @@ impl EmulatedWaiter {
     }
 }
 
-/// The identity of the open file behind `fd` and its direction (non-zero), shared by every
-/// process and every duplicate of it; refuses what no backend can watch.
-#[cfg(unix)]
-fn identify(fd: RawSource) -> Result<u64> {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EBADF) => Error::BadDescriptor { fd },
-            _ => Error::io("inspecting a descriptor", e),
-        });
-    }
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG if !is_message_queue(fd) => {
-            return Err(Error::UnwatchableDescriptor {
-                fd,
-                reason: "a regular file is always ready; readiness polling does not apply",
-            })
-        }
-        libc::S_IFDIR => {
-            return Err(Error::UnwatchableDescriptor {
-                fd,
-                reason: "a directory cannot be polled",
-            })
-        }
-        _ => {}
-    }
-    // macOS and the BSDs: a descriptor whose fstat gives no identity (see `other_unix`).
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    if other_unix::has_no_identity(&st) {
-        if let Some(id) = other_unix::identity_without_inode(fd, &st) {
-            return Ok(id);
-        }
-    }
-    // The two ends of a pipe (or FIFO) share one device and inode: the access mode tells them
-    // apart, and it is the same in every duplicate and every process.
-    // SAFETY: F_GETFL only reads the descriptor's flags.
-    let mode = match unsafe { libc::fcntl(fd, libc::F_GETFL) } {
-        -1 => 0,
-        flags => (flags & libc::O_ACCMODE) as u64,
-    };
-    let mix = |mut x: u64| {
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    };
-    Ok(mix(mix(mix(st.st_dev as u64) ^ st.st_ino as u64) ^ mode).max(1))
-}
-
 /// poll(2)'s events for an interest.
 #[cfg(unix)]
 fn poll_events(interest: Interest) -> libc::c_short {
@@ -991,58 +942,6 @@ fn ready_now(fd: RawSource, interest: Interest) -> bool {
 #[cfg(not(unix))]
 fn ready_now(_fd: RawSource, _interest: Interest) -> bool {
     false
-}
-
-/// Anonymous-inode descriptors (eventfd, timerfd, signalfd, epoll, pidfd) all share one inode,
-/// so the emulation cannot tell two of them apart across members: refused as exclusive.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn refuse_anonymous(fd: RawSource) -> Result<()> {
-    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
-    if target.to_string_lossy().starts_with("anon_inode:") {
-        return Err(Error::UnwatchableDescriptor {
-            fd,
-            reason: "an anonymous-inode descriptor (eventfd, timerfd, signalfd, epoll) has no \
-                     identity the emulation can share between members: register it without \
-                     exclusive, or use the native backend",
-        });
-    }
-    Ok(())
-}
-
-/// macOS and the BSDs: what has no identity there (see `other_unix`).
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
-use other_unix::refuse_anonymous;
-
-#[cfg(not(unix))]
-fn refuse_anonymous(_fd: RawSource) -> Result<()> {
-    Ok(())
-}
-
-/// Is `fd` a POSIX message queue? (Linux shows them as regular files of the mqueue file
-/// system, and they are pollable.)
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn is_message_queue(fd: RawSource) -> bool {
-    const MQUEUE_MAGIC: i64 = 0x1980_0202;
-    // SAFETY: statfs is plain data; fstatfs fills it or fails.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs only reads the descriptor number and writes the live struct.
-    unsafe { libc::fstatfs(fd, &mut fs) == 0 && fs.f_type as i64 == MQUEUE_MAGIC }
-}
-
-/// Elsewhere no queue looks like a regular file: macOS has no POSIX message queues, and a
-/// FreeBSD queue's descriptor (`mq_getfd_np`) is a FIFO-like file with no identity, which
-/// `other_unix` refuses as exclusive.
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
-fn is_message_queue(_fd: RawSource) -> bool {
-    false
-}
-
-/// On Windows members are threads of one process: the socket number is the identity.
-#[cfg(windows)]
-fn identify(fd: RawSource) -> Result<u64> {
-    #[cfg(not(loom))]
-    windows::check_socket(fd)?;
-    Ok(fd.wrapping_add(1).max(1))
 }
 
 /// Clears out member `m` of an emulated group, found dead in word `seen`.
@@ -1103,8 +1002,12 @@ mod tests {
         let (a, _a_w) = pipe();
         let (b, _b_w) = pipe();
         let exclusive = Interest::READABLE.exclusive();
-        waiter.add(&inner.protocol(), a.as_raw_fd(), 0, exclusive).unwrap();
-        waiter.add(&inner.protocol(), b.as_raw_fd(), 1, exclusive).unwrap();
+        waiter
+            .add(&inner.protocol(), a.as_raw_fd(), 0, exclusive)
+            .unwrap();
+        waiter
+            .add(&inner.protocol(), b.as_raw_fd(), 1, exclusive)
+            .unwrap();
         let (sa, sb) = (waiter.sources[0], waiter.sources[1]);
         let src = |s| inner.shared.source(s);
         src(sa).leader.store(me, SeqCst);
@@ -1124,7 +1027,12 @@ mod tests {
         let mut events = Events::with_capacity(4);
         let timeout = Duration::from_millis(100);
         let start = Instant::now();
-        assert_eq!(waiter.wait(&inner.protocol(), &mut events, Some(timeout)).unwrap(), 0);
+        assert_eq!(
+            waiter
+                .wait(&inner.protocol(), &mut events, Some(timeout))
+                .unwrap(),
+            0
+        );
         let took = start.elapsed();
         assert!(
             took >= timeout && took < timeout + Duration::from_secs(1),

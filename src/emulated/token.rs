@@ -788,7 +788,7 @@ mod model {
             };
             let w3 = w.clone();
             let saw_free = thread::spawn(move || {
-                // The next member's sync: it watches the source if it leads and it is free.
+                // The next member's `match_poller`: it watches the source if it leads and it is free.
                 w3.leader() == next && w3.token().needs_watch(0)
             })
             .join()

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::interest::{Event, Events, Interest};
+use crate::registry;
 use crate::shared::MemberSlot;
 
 /// Turns a `-1` return into the thread's `errno`.
@@ -96,19 +97,14 @@ fn ctl(epoll: &OwnedFd, op: libc::c_int, fd: RawFd, flags: u32, data: u64) -> io
 }
 
 /// Names the kernel's refusal of a descriptor.
+/// (What the emulation's poller refuses too, plus the epoll that cannot be exclusive.)
 fn refusal(fd: RawFd, err: io::Error, context: &'static str) -> Error {
     match err.raw_os_error() {
-        Some(libc::EBADF) => Error::BadDescriptor { fd },
-        Some(libc::EPERM) => Error::UnwatchableDescriptor {
-            fd,
-            reason: crate::error::eperm_reason(fd),
-        },
-        Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
         Some(libc::ELOOP) | Some(libc::EINVAL) if is_epoll(fd) => Error::UnwatchableDescriptor {
             fd,
             reason: "an epoll descriptor cannot be watched exclusively (EINVAL)",
         },
-        _ => Error::io(context, err),
+        _ => registry::refusal(fd, err, context),
     }
 }
 
@@ -212,12 +208,13 @@ impl NativeWaiter {
         if old.interest.is_exclusive() || interest.is_exclusive() {
             // The kernel refuses MOD of an exclusive entry: delete and add, and put the old
             // registration back if the new one is refused.
-            self.delete(fd)?;
-            if let Err(e) = self.add(fd, key, interest) {
-                self.add(fd, old.key, old.interest)?;
-                return Err(e);
-            }
-            return Ok(());
+            return registry::replace(
+                self,
+                (old.key, old.interest),
+                (key, interest),
+                |w| w.delete(fd),
+                |w, key, interest| w.add(fd, key, interest),
+            );
         }
         ctl(
             &self.epoll,

@@ -78,6 +78,7 @@ mod members;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
+mod registry;
 mod shared;
 mod source;
 mod sync;

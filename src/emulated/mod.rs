@@ -34,7 +34,7 @@ mod token;
 #[cfg(all(windows, not(loom)))]
 mod windows;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +45,7 @@ use crate::error::{Error, RawSource, Result};
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::liveness::Liveness;
 use crate::members::{Life, Membership};
+use crate::registry::{self, Registry};
 use crate::shared::SharedState;
 use crate::shared::NONE;
 use deathwatch::DeathWatch;
@@ -108,6 +109,12 @@ struct Registration {
     suspect: Option<(u32, u64, Instant)>,
 }
 
+impl registry::Registered for Registration {
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+}
+
 /// A ready descriptor found by one kernel wait, before it is handed out.
 struct Candidate {
     fd: RawSource,
@@ -134,7 +141,7 @@ pub(crate) struct EmulatedWaiter {
     membership: Membership,
     poller: Arc<Poller>,
     /// Registered descriptors by number.
-    registrations: HashMap<RawSource, Registration>,
+    registrations: Registry<Registration>,
     next_seq: u64,
     /// Registration order of the descriptor served last (for serving ready ones in turn).
     last_served: u64,
@@ -142,8 +149,6 @@ pub(crate) struct EmulatedWaiter {
     holding: Vec<(usize, usize)>,
     /// Sources whose line this member goes to the back of when it next goes busy.
     to_back: Vec<usize>,
-    /// How many registrations asked for one event per wait.
-    one_event: usize,
     /// The shared source slots of this member's exclusive registrations.
     sources: Vec<usize>,
     /// The descriptors of those registrations (so that a wait's cost does not grow with the
@@ -190,12 +195,11 @@ impl EmulatedWaiter {
             me,
             membership,
             poller,
-            registrations: HashMap::new(),
+            registrations: Registry::new(),
             next_seq: 0,
             last_served: u64::MAX,
             holding: Vec::new(),
             to_back: Vec::new(),
-            one_event: 0,
             sources: Vec::new(),
             exclusive_fds: Vec::new(),
             raw_events: polling::Events::new(),
@@ -266,7 +270,6 @@ impl EmulatedWaiter {
             },
         );
         self.next_seq += 1;
-        self.one_event += usize::from(interest.is_one_event_round_robin());
         Ok(())
     }
 
@@ -279,19 +282,19 @@ impl EmulatedWaiter {
     ) -> Result<()> {
         let old = self
             .registrations
-            .get(&fd)
-            .map(|r| (r.key, r.interest))
-            .ok_or(Error::NotRegistered { fd })?;
+            .registered(fd)
+            .map(|r| (r.key, r.interest))?;
         // Check the new registration before touching the old one.
         if interest.is_exclusive() {
             group.shared.source_index(identify(fd)?)?;
         }
-        self.delete(group, fd)?;
-        if let Err(e) = self.add(group, fd, key, interest) {
-            self.add(group, fd, old.0, old.1)?;
-            return Err(e);
-        }
-        Ok(())
+        registry::replace(
+            self,
+            old,
+            (key, interest),
+            |w| w.delete(group, fd),
+            |w, key, interest| w.add(group, fd, key, interest),
+        )
     }
 
     pub(crate) fn delete(&mut self, group: &Token<'_>, fd: RawSource) -> Result<()> {
@@ -382,8 +385,7 @@ impl EmulatedWaiter {
     /// Forgets a registration (deleted, or its descriptor closed): out of the poller, out of its
     /// source's line, its claim released and its token passed on.
     fn forget(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
-        let reg = self.registrations.remove(&fd)?;
-        self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
+        let reg = self.registrations.remove(fd)?;
         if reg.in_poller {
             self.poller_delete(fd);
         }
@@ -441,7 +443,7 @@ impl EmulatedWaiter {
     ) -> Result<usize> {
         let me = self.me;
         let slot = tk.shared.member(me);
-        let limit = if self.one_event > 0 { 1 } else { events.room() };
+        let limit = self.registrations.events_per_wait(events.room());
         let mut first = true;
         loop {
             // Every way round this loop (a spin, a probe, a bell, a stale queue) honours the
@@ -879,20 +881,8 @@ impl EmulatedWaiter {
         // SAFETY: the caller registered this open descriptor and must keep it open until it is
         // deleted; we delete it from the poller on `delete`, when the member stops watching it,
         // and when the member leaves.
-        unsafe { self.poller.add_with_mode(fd, ev, PollMode::Level) }.map_err(|e| {
-            match e.raw_os_error() {
-                #[cfg(unix)]
-                Some(libc::EBADF) => Error::BadDescriptor { fd },
-                #[cfg(unix)]
-                Some(libc::EPERM) => Error::UnwatchableDescriptor {
-                    fd,
-                    reason: crate::error::eperm_reason(fd),
-                },
-                #[cfg(unix)]
-                Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
-                _ => Error::io("adding a descriptor to the member's poller", e),
-            }
-        })
+        unsafe { self.poller.add_with_mode(fd, ev, PollMode::Level) }
+            .map_err(|e| registry::refusal(fd, e, "adding a descriptor to the member's poller"))
     }
 
     fn poller_delete(&self, fd: RawSource) {

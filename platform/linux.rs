@@ -15,7 +15,6 @@
 //! between delete and add. `one_event_round_robin` is `maxevents = 1`: level-triggered epoll
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, OnceLock};
@@ -23,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::interest::{Event, Events, Interest};
-use crate::registry;
+use crate::registry::{self, Registry};
 use crate::shared::MemberSlot;
 
 /// Turns a `-1` return into the thread's `errno`.
@@ -123,6 +122,12 @@ struct Registration {
     handed: u32,
 }
 
+impl registry::Registered for Registration {
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+}
+
 /// One member's native half: its own epoll instance and registrations.
 pub(crate) struct NativeWaiter {
     epoll: OwnedFd,
@@ -130,11 +135,9 @@ pub(crate) struct NativeWaiter {
     wake: Arc<OwnedFd>,
     rotate_every: u32,
     /// Registered descriptors by number. Invariant: exactly these are in `epoll`.
-    registrations: HashMap<RawFd, Registration>,
+    registrations: Registry<Registration>,
     /// Exclusive descriptors whose entry goes to the tail once the caller consumed the event.
     rotate_pending: Vec<RawFd>,
-    /// How many registrations asked for one event per wait.
-    one_event: usize,
     buffer: Vec<libc::epoll_event>,
 }
 
@@ -157,9 +160,8 @@ impl NativeWaiter {
             epoll,
             wake,
             rotate_every,
-            registrations: HashMap::new(),
+            registrations: Registry::new(),
             rotate_pending: Vec::new(),
-            one_event: 0,
             buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
         })
     }
@@ -190,21 +192,16 @@ impl NativeWaiter {
                 handed: 0,
             },
         );
-        self.one_event += usize::from(interest.is_one_event_round_robin());
     }
 
     fn forget(&mut self, fd: RawFd) -> Option<Registration> {
-        let old = self.registrations.remove(&fd)?;
-        self.one_event -= usize::from(old.interest.is_one_event_round_robin());
+        let old = self.registrations.remove(fd)?;
         self.rotate_pending.retain(|&p| p != fd);
         Some(old)
     }
 
     pub(crate) fn modify(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        let old = *self
-            .registrations
-            .get(&fd)
-            .ok_or(Error::NotRegistered { fd })?;
+        let old = *self.registrations.registered(fd)?;
         if old.interest.is_exclusive() || interest.is_exclusive() {
             // The kernel refuses MOD of an exclusive entry: delete and add, and put the old
             // registration back if the new one is refused.
@@ -230,9 +227,7 @@ impl NativeWaiter {
     }
 
     pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
-        if !self.registrations.contains_key(&fd) {
-            return Err(Error::NotRegistered { fd });
-        }
+        self.registrations.registered(fd)?;
         match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
             // ENOENT: the descriptor was closed and the kernel already forgot it.
             Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
@@ -288,11 +283,9 @@ impl NativeWaiter {
         }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let max = if self.one_event > 0 {
-            1
-        } else {
-            events.room().min(self.buffer.len())
-        };
+        let max = self
+            .registrations
+            .events_per_wait(events.room().min(self.buffer.len()));
         loop {
             let n = match syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),

@@ -3,10 +3,11 @@
 //! Each member has its own `polling::Poller` (a Poller lets one thread wait at a time) and a door
 //! bell (`doorbell`). Its own descriptors stay in its poller, level-triggered. Its exclusive
 //! descriptors are in its poller only while it holds their token and their last event has been
-//! consumed (`token` has the protocol); a `match_poller` before every kernel wait makes the poller match
-//! that rule. So one readiness event wakes one member, members take events in turn, and a
-//! member killed mid-run is cleared out by another (see `crate::liveness` and `crate::members`;
-//! on Linux its death wakes the member that depends on it at once, see `deathwatch`).
+//! consumed (`token` has the protocol); a `match_poller` before every kernel wait makes the
+//! poller match that rule. So one readiness event wakes one member, members take events in
+//! turn, and a member killed mid-run is cleared out by another (see `crate::liveness` and
+//! `crate::members`; on Linux its death wakes the member that depends on it at once, see
+//! `deathwatch`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder → `pass` hands the token to the next idle member → the event goes to
@@ -24,6 +25,12 @@
 //! first. So every ready descriptor is reached however many there are, and a wait costs in
 //! proportion to what it returns. Identity: an exclusive descriptor is its open file (device,
 //! inode) and its access mode, so the two ends of a pipe are two sources.
+//!
+//! The rooms: this file is the waiter (its poller, its registrations in a `crate::registry`
+//! table, the candidates of a wait and their hand-out); `token` is the protocol and `Token` the
+//! protocol's view of a group, which the handles build and pass in (this backend does not
+//! import them); `identity` says which open file a descriptor is; `doorbell` and `deathwatch`
+//! wake a member; `other_unix` and `windows` hold what differs per system.
 
 mod deathwatch;
 mod doorbell;

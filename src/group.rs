@@ -9,9 +9,9 @@
 use std::sync::Arc;
 
 use crate::contract::{Backend, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
-use crate::emulated::{EmulatedGroup, Token};
+use crate::emulated::EmulatedGroup;
 use crate::error::{Error, Result};
-use crate::members::Members;
+use crate::inner::GroupInner;
 use crate::shared::SharedState;
 use crate::waiter::Waiter;
 
@@ -108,55 +108,6 @@ impl GroupBuilder {
                 emulation,
             }),
         })
-    }
-}
-
-/// What all members of a group share.
-pub(crate) struct GroupInner {
-    pub(crate) backend: Backend,
-    pub(crate) rotate_every: u32,
-    pub(crate) shared: SharedState,
-    /// Each member's liveness mark, so that a dead member's slot is found and reused.
-    pub(crate) live: crate::liveness::Liveness,
-    /// The emulation's door bells (only for `Backend::Emulated`).
-    pub(crate) emulation: Option<EmulatedGroup>,
-}
-
-impl GroupInner {
-    /// The emulation's view of this group (its protocol's shared state, door bells, liveness
-    /// marks and turn setting), which the emulated backend works on. Emulated groups only.
-    pub(crate) fn protocol(&self) -> Token<'_> {
-        self.emulation
-            .as_ref()
-            .expect("an emulated waiter belongs to an emulated group")
-            .protocol(&self.shared, &self.live, self.rotate_every)
-    }
-
-    /// The member table: every change of a member slot's state goes through it.
-    pub(crate) fn members(&self) -> Members<'_> {
-        Members::new(&self.shared, &self.live)
-    }
-
-    /// Finds members whose process died without leaving (and reaps whose reaper died) and
-    /// clears their slots out (the emulation also frees what they held and passes their tokens
-    /// on), so that the slots can be joined again.
-    pub(crate) fn reap_dead_members(&self) {
-        let members = self.members();
-        let me = std::process::id();
-        for m in 0..self.shared.high() {
-            let Some(seen) = members.dead(m, me) else {
-                continue;
-            };
-            match self.backend {
-                Backend::Emulated => crate::emulated::reap_member(&self.protocol(), m, seen),
-                _ => {
-                    // The kernel forgot the dead process's epoll entries: nothing to clear.
-                    if let Some(reap) = members.begin_reap(m, seen, me) {
-                        members.finish_reap(reap);
-                    }
-                }
-            }
-        }
     }
 }
 

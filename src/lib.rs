@@ -72,6 +72,7 @@ pub mod counters;
 mod emulated;
 mod error;
 mod group;
+mod inner;
 mod interest;
 mod liveness;
 mod members;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::contract::Backend;
 use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
-use crate::group::GroupInner;
+use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
 use crate::platform::{NativeNotifier, NativeWaiter};

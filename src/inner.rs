@@ -5,7 +5,7 @@
 //! only what they need (the emulation: the protocol's view, [`GroupInner::protocol`]).
 
 use crate::contract::Backend;
-use crate::emulated::{EmulatedGroup, Token};
+use crate::emulated::{EmulatedGroup, Protocol};
 use crate::members::Members;
 use crate::shared::SharedState;
 
@@ -23,7 +23,7 @@ pub(crate) struct GroupInner {
 impl GroupInner {
     /// The emulation's view of this group (its protocol's shared state, door bells, liveness
     /// marks and turn setting), which the emulated backend works on. Emulated groups only.
-    pub(crate) fn protocol(&self) -> Token<'_> {
+    pub(crate) fn protocol(&self) -> Protocol<'_> {
         self.emulation
             .as_ref()
             .expect("an emulated waiter belongs to an emulated group")

@@ -6,7 +6,7 @@
 //! killed at any instant must not leave the others stuck behind a lock it held. The member
 //! slots ([`MemberSlot`]) belong to the member table (`crate::members`), which alone changes a
 //! slot's state, by compare-and-swap on one word per slot; its statistics are counters any
-//! member adds to. The sources' fields are the emulation's token protocol (`emulated/token.rs`
+//! member adds to. The sources' fields are the emulation's token protocol (`emulated/protocol.rs`
 //! says which of them change by compare-and-swap and which are plain stores, and why).
 
 use std::sync::atomic::Ordering::SeqCst;
@@ -63,11 +63,11 @@ pub(crate) struct SourceSlot {
     /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
     pub stuck: std::sync::atomic::AtomicU32,
     /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
-    /// pass rings the new leader (see `Token::hold_left`). A hint.
+    /// pass rings the new leader (see `Protocol::hold_left`). A hint.
     pub quiet_claim: std::sync::atomic::AtomicU32,
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog. With a backlog and quick holders it pays for the next
-    /// leaders to spin for their turn rather than sleep (see `Token::spinning_pays`).
+    /// leaders to spin for their turn rather than sleep (see `Protocol::spinning_pays`).
     pub ready_on_arm: std::sync::atomic::AtomicU32,
     /// Which members have registered this source (bit n: member n).
     pub members: [AtomicU64; MEMBER_WORDS],

@@ -3,7 +3,7 @@
 //! Each member has its own `polling::Poller` (a Poller lets one thread wait at a time) and a door
 //! bell (`doorbell`). Its own descriptors stay in its poller, level-triggered. Its exclusive
 //! descriptors are in its poller only while it holds their token and their last event has been
-//! consumed (`token` has the protocol); a `match_poller` before every kernel wait makes the
+//! consumed (`protocol` has the rules); a `match_poller` before every kernel wait makes the
 //! poller match that rule. So one readiness event wakes one member, members take events in
 //! turn, and a member killed mid-run is cleared out by another (see `crate::liveness` and
 //! `crate::members`; on Linux its death wakes the member that depends on it at once, see
@@ -27,8 +27,8 @@
 //! inode) and its access mode, so the two ends of a pipe are two sources.
 //!
 //! The rooms: this file is the waiter (its poller, its registrations in a `crate::registry`
-//! table, the candidates of a wait and their hand-out); `token` is the protocol and `Token` the
-//! protocol's view of a group, which the handles build and pass in (this backend does not
+//! table, the candidates of a wait and their hand-out); `protocol` is the token protocol, and
+//! `Protocol` its view of a group, which the handles build and pass in (this backend does not
 //! import them); `identity` says which open file a descriptor is; `doorbell` and `deathwatch`
 //! wake a member; `other_unix` and `windows` hold what differs per system.
 
@@ -37,7 +37,7 @@ mod doorbell;
 mod identity;
 #[cfg(unix)]
 mod other_unix;
-mod token;
+mod protocol;
 #[cfg(all(windows, not(loom)))]
 mod windows;
 
@@ -58,8 +58,8 @@ use crate::shared::NONE;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use identity::{identify, refuse_anonymous};
-pub(crate) use token::Token;
-use token::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+pub(crate) use protocol::Protocol;
+use protocol::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -79,8 +79,8 @@ impl EmulatedGroup {
         shared: &'a SharedState,
         live: &'a Liveness,
         rotate_every: u32,
-    ) -> Token<'a> {
-        Token {
+    ) -> Protocol<'a> {
+        Protocol {
             shared,
             bells: &self.bells,
             live,
@@ -179,7 +179,7 @@ pub(crate) struct EmulatedWaiter {
 }
 
 impl EmulatedWaiter {
-    pub(crate) fn new(group: &Token<'_>, membership: Membership) -> Result<EmulatedWaiter> {
+    pub(crate) fn new(group: &Protocol<'_>, membership: Membership) -> Result<EmulatedWaiter> {
         let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
@@ -223,7 +223,7 @@ impl EmulatedWaiter {
 
     pub(crate) fn add(
         &mut self,
-        group: &Token<'_>,
+        group: &Protocol<'_>,
         fd: RawSource,
         key: usize,
         interest: Interest,
@@ -282,7 +282,7 @@ impl EmulatedWaiter {
 
     pub(crate) fn modify(
         &mut self,
-        group: &Token<'_>,
+        group: &Protocol<'_>,
         fd: RawSource,
         key: usize,
         interest: Interest,
@@ -304,11 +304,11 @@ impl EmulatedWaiter {
         )
     }
 
-    pub(crate) fn delete(&mut self, group: &Token<'_>, fd: RawSource) -> Result<()> {
+    pub(crate) fn delete(&mut self, group: &Protocol<'_>, fd: RawSource) -> Result<()> {
         self.forget(group, fd).ok_or(Error::NotRegistered { fd })
     }
 
-    pub(crate) fn consumed(&mut self, group: &Token<'_>, key: usize) -> Result<()> {
+    pub(crate) fn consumed(&mut self, group: &Protocol<'_>, key: usize) -> Result<()> {
         let tk = group;
         let me = self.me;
         self.holding.retain(|&(s, k)| {
@@ -320,7 +320,7 @@ impl EmulatedWaiter {
         Ok(())
     }
 
-    fn release_source(&mut self, tk: &Token<'_>, source: usize) {
+    fn release_source(&mut self, tk: &Protocol<'_>, source: usize) {
         let me = self.me;
         self.holding.retain(|&(s, _)| {
             if s == source {
@@ -331,7 +331,7 @@ impl EmulatedWaiter {
     }
 
     /// After a look at sources it just started watching: were they ready at once?
-    fn note_backlog(&self, tk: &Token<'_>) {
+    fn note_backlog(&self, tk: &Protocol<'_>) {
         for fd in &self.exclusive_fds {
             let reg = &self.registrations[fd];
             let Some(s) = reg.source else { continue };
@@ -344,7 +344,7 @@ impl EmulatedWaiter {
 
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
     /// it leads whose last event has been consumed. Returns whether it added any.
-    fn match_poller(&mut self, tk: &Token<'_>) -> Result<bool> {
+    fn match_poller(&mut self, tk: &Protocol<'_>) -> Result<bool> {
         #[cfg(all(windows, not(loom)))]
         self.forget_closed_sockets(tk);
         let me = self.me;
@@ -364,7 +364,7 @@ impl EmulatedWaiter {
     }
 
     /// Adds to or deletes from the poller, as `match_poller` found needed; returns whether it added any.
-    fn apply(&mut self, tk: &Token<'_>, changes: &[(RawSource, bool)]) -> Result<bool> {
+    fn apply(&mut self, tk: &Protocol<'_>, changes: &[(RawSource, bool)]) -> Result<bool> {
         let mut added = false;
         for &(fd, want) in changes {
             let interest = self.registrations[&fd].interest;
@@ -391,7 +391,7 @@ impl EmulatedWaiter {
 
     /// Forgets a registration (deleted, or its descriptor closed): out of the poller, out of its
     /// source's line, its claim released and its token passed on.
-    fn forget(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
+    fn forget(&mut self, tk: &Protocol<'_>, fd: RawSource) -> Option<()> {
         let reg = self.registrations.remove(fd)?;
         if reg.in_poller {
             self.poller_delete(fd);
@@ -410,7 +410,7 @@ impl EmulatedWaiter {
 
     pub(crate) fn wait(
         &mut self,
-        group: &Token<'_>,
+        group: &Protocol<'_>,
         events: &mut Events,
         timeout: Option<Duration>,
     ) -> Result<usize> {
@@ -444,7 +444,7 @@ impl EmulatedWaiter {
 
     fn wait_idle(
         &mut self,
-        tk: &Token<'_>,
+        tk: &Protocol<'_>,
         events: &mut Events,
         deadline: Option<Instant>,
     ) -> Result<usize> {
@@ -471,7 +471,7 @@ impl EmulatedWaiter {
                 }
             }
             // Just started watching a source: look once without sleeping, to learn whether
-            // it has a backlog (see `Token::spinning_pays`).
+            // it has a backlog (see `Protocol::spinning_pays`).
             let probe = self.match_poller(tk)?;
             // The processes this member depends on: their deaths wake it (a pidfd in its
             // poller, on Linux), and the periodic check stays as the fallback.
@@ -580,7 +580,7 @@ impl EmulatedWaiter {
                 }
                 if check_every.is_none() {
                     // Woken with nothing: a door bell where bells are the poller's notify, or
-                    // the look at the holds of active sources (`Token::hold_left`).
+                    // the look at the holds of active sources (`Protocol::hold_left`).
                     slot.wakeups.add(1);
                     slot.token_wakeups.add(1);
                 }
@@ -623,7 +623,7 @@ impl EmulatedWaiter {
     /// instead of sleeping, under a backlog with quick holders: the holder then consumes
     /// within microseconds, while a member asleep costs a kernel wake-up on the critical path
     /// (on a virtual machine, tens of microseconds when its CPU has gone idle). Door bells for
-    /// a spinning member are left unrung (see `Token::wake`).
+    /// a spinning member are left unrung (see `Protocol::wake`).
     ///
     /// Each source is looked at on its own: the spin is for the sources this member waits on
     /// when it starts, and it ends when one of those is no longer waited on (its turn came, or
@@ -631,14 +631,14 @@ impl EmulatedWaiter {
     /// a member that leads one source and is the deputy of another cannot feed its own loop.
     /// Returns whether one of them changed, or a notification came (loop again), rather than
     /// timed out.
-    fn spin_for_release(&self, tk: &Token<'_>, deadline: Option<Instant>) -> bool {
+    fn spin_for_release(&self, tk: &Protocol<'_>, deadline: Option<Instant>) -> bool {
         if cfg!(loom) {
             return false; // the model checker sees the protocol without spinning
         }
         let me = self.me;
         let slot = tk.shared.member(me);
         // Bit i: the member waits for its turn on `self.sources[i]`.
-        let waiting = |tk: &Token<'_>| {
+        let waiting = |tk: &Protocol<'_>| {
             self.sources
                 .iter()
                 .take(64)
@@ -650,8 +650,9 @@ impl EmulatedWaiter {
         if at_start == 0 {
             return false;
         }
-        let changed =
-            |tk: &Token<'_>| slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start;
+        let changed = |tk: &Protocol<'_>| {
+            slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start
+        };
         slot.spinning.store(1, SeqCst);
         let mut until = Instant::now() + SPIN_FOR_RELEASE;
         if let Some(d) = deadline {
@@ -669,7 +670,7 @@ impl EmulatedWaiter {
 
     /// Turns the poller's events into ready descriptors queued in turn order, behind those
     /// queued already; returns whether the bell rang.
-    fn collect_candidates(&mut self, tk: &Token<'_>) -> bool {
+    fn collect_candidates(&mut self, tk: &Protocol<'_>) -> bool {
         let mut rung = false;
         self.candidates.clear();
         for ev in self.raw_events.iter() {
@@ -721,7 +722,7 @@ impl EmulatedWaiter {
     /// event per wait, else as many as fit. One found by an earlier kernel wait is looked at
     /// again first (one poll(2) for all of them), and dropped if no longer ready. An exclusive
     /// one is handed out only if this member still leads its source and wins its claim.
-    fn serve_pending(&mut self, tk: &Token<'_>, events: &mut Events, limit: usize) {
+    fn serve_pending(&mut self, tk: &Protocol<'_>, events: &mut Events, limit: usize) {
         while events.len() < limit && !self.pending.is_empty() {
             let window = (limit - events.len()).min(self.pending.len()).min(4096);
             self.look_again(window);
@@ -791,7 +792,7 @@ impl EmulatedWaiter {
 
     /// Hands out one queued ready descriptor, if it is still registered as it was, still ready
     /// and (exclusive) still led by this member and claimed by it.
-    fn hand_one(&mut self, tk: &Token<'_>, p: Pending, events: &mut Events) {
+    fn hand_one(&mut self, tk: &Protocol<'_>, p: Pending, events: &mut Events) {
         let me = self.me;
         let Some(reg) = self.registrations.get_mut(&p.fd) else {
             return;
@@ -821,7 +822,7 @@ impl EmulatedWaiter {
     /// For the exclusive sources whose leader this member checks on: a source ready while
     /// nobody holds it and its leader claims nothing for `TAKE_BOUND` has a stuck leader
     /// (stopped, or handed the token while stopped): this member takes the token from it.
-    fn look_for_stuck(&mut self, tk: &Token<'_>) {
+    fn look_for_stuck(&mut self, tk: &Protocol<'_>) {
         let me = self.me;
         for &fd in &self.exclusive_fds {
             let Some(reg) = self.registrations.get_mut(&fd) else {
@@ -853,7 +854,7 @@ impl EmulatedWaiter {
     }
 
     /// Leaves the group: frees what this member holds and passes its tokens on.
-    pub(crate) fn leave(&mut self, group: &Token<'_>) {
+    pub(crate) fn leave(&mut self, group: &Protocol<'_>) {
         let tk = group;
         let me = self.me;
         for (s, _) in std::mem::take(&mut self.holding) {
@@ -942,7 +943,7 @@ fn ready_now(_fd: RawSource, _interest: Interest) -> bool {
 }
 
 /// Clears out member `m` of an emulated group, found dead in word `seen`.
-pub(crate) fn reap_member(group: &Token<'_>, m: u32, seen: Life) {
+pub(crate) fn reap_member(group: &Protocol<'_>, m: u32, seen: Life) {
     group.reap(m, seen);
 }
 
@@ -956,12 +957,12 @@ pub(crate) struct EmulatedNotifier {
 }
 
 impl EmulatedNotifier {
-    pub(crate) fn new(group: &Token<'_>, member: u32) -> EmulatedNotifier {
+    pub(crate) fn new(group: &Protocol<'_>, member: u32) -> EmulatedNotifier {
         let generation = group.shared.member(member).generation();
         EmulatedNotifier { member, generation }
     }
 
-    pub(crate) fn notify(&self, group: &Token<'_>) -> Result<()> {
+    pub(crate) fn notify(&self, group: &Protocol<'_>) -> Result<()> {
         let slot = group.shared.member(self.member);
         if slot.generation() != self.generation {
             return Ok(()); // the member left: there is nobody to wake

@@ -57,7 +57,7 @@ use crate::shared::{SharedState, SourceSlot, NONE};
 /// cannot wait on that process's death as an event (no pidfd).
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
-/// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.
+/// `Protocol::spinning_pays`); half the spin, so a spinner usually sees the release.
 pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
 /// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
 /// waited for: the leader expires its hold and watches the source again, at the price of at
@@ -68,21 +68,21 @@ pub(crate) const HOLD_BOUND: Duration = Duration::from_millis(40);
 /// member checking on it.
 pub(crate) const TAKE_BOUND: Duration = Duration::from_millis(15);
 /// A source claimed within this long is active: its members sleep with a `HOLD_BOUND` timer
-/// (see `Token::hold_left`).
+/// (see `Protocol::hold_left`).
 pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
 /// How often every idle member of a group that spans processes wakes to look for a dead
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
 
 /// The protocol's view of one group: its shared memory, door bells and liveness marks.
-pub(crate) struct Token<'a> {
+pub(crate) struct Protocol<'a> {
     pub(crate) shared: &'a SharedState,
     pub(crate) bells: &'a Doorbells,
     pub(crate) live: &'a Liveness,
     pub(crate) rotate_every: u32,
 }
 
-impl Token<'_> {
+impl Protocol<'_> {
     /// The member table of the group.
     pub(crate) fn members(&self) -> Members<'_> {
         Members::new(self.shared, self.live)
@@ -585,8 +585,8 @@ mod model {
                 live: Liveness::new(4).unwrap(),
             })
         }
-        fn token(&self) -> Token<'_> {
-            Token {
+        fn token(&self) -> Protocol<'_> {
+            Protocol {
                 shared: &self.shared,
                 bells: &self.bells,
                 live: &self.live,

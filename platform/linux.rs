@@ -9,6 +9,12 @@
 //! readiness ([`NativeWaiter::consumed`], or the next `wait`), never before: a re-added entry
 //! that still sees the unread message would wake a second waiter for it.
 //!
+//! When a turn ends ([`Rotation`]): with `Every(n)`, after `n` events; with `Adaptive`, after
+//! one event unless the descriptor is still ready (a zero-timeout `poll` of it: a backlog),
+//! then after at most `ADAPTIVE_BATCH` events in a row. Either way, with no other member of the
+//! group inside its wait (the `native_waiting` count in the shared header), there is nobody to
+//! hand the turn to and the entry stays where it is: no delete and re-add.
+//!
 //! The kernel refuses `EPOLL_CTL_MOD` of an exclusive entry and several flags with it
 //! (ONESHOT, RDHUP, PRI): `modify` of an exclusive registration is delete plus add, and the
 //! refused flags are never sent. Everything is level-triggered, so no event is lost in the gap
@@ -23,6 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::group::{GroupInner, Rotation, ADAPTIVE_BATCH};
 use crate::interest::{Event, Events, Interest};
 use crate::shared::MemberSlot;
 
@@ -133,10 +140,13 @@ pub(crate) struct NativeWaiter {
     epoll: OwnedFd,
     /// The eventfd a [`NativeNotifier`] writes to; registered under `WAKE_DATA`.
     wake: Arc<OwnedFd>,
-    rotate_every: u32,
+    rotation: Rotation,
+    /// The group, for the count of members inside their wait (see `nobody_to_hand_to`).
+    group: Arc<GroupInner>,
     /// Registered descriptors by number. Invariant: exactly these are in `epoll`.
     registrations: HashMap<RawFd, Registration>,
-    /// Exclusive descriptors whose entry goes to the tail once the caller consumed the event.
+    /// Exclusive descriptors whose turn may end once the caller consumed the event (see
+    /// `end_turn`).
     rotate_pending: Vec<RawFd>,
     /// How many registrations asked for one event per wait.
     one_event: usize,
@@ -144,7 +154,7 @@ pub(crate) struct NativeWaiter {
 }
 
 impl NativeWaiter {
-    pub(crate) fn new(rotate_every: u32) -> Result<NativeWaiter> {
+    pub(crate) fn new(group: &Arc<GroupInner>) -> Result<NativeWaiter> {
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
         let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
             .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
@@ -161,7 +171,8 @@ impl NativeWaiter {
         Ok(NativeWaiter {
             epoll,
             wake,
-            rotate_every,
+            rotation: group.rotation,
+            group: group.clone(),
             registrations: HashMap::new(),
             rotate_pending: Vec::new(),
             one_event: 0,
@@ -275,9 +286,40 @@ impl NativeWaiter {
             .position(|fd| self.registrations.get(fd).is_some_and(|r| r.key == key))
         {
             let fd = self.rotate_pending.swap_remove(i);
-            self.rotate(fd)?;
+            self.end_turn(fd)?;
         }
         Ok(())
+    }
+
+    /// Is no other member of the group inside its wait? Then a rotation would hand the turn to
+    /// nobody: the entry stays at the head. (This member is outside its wait when it asks.)
+    fn nobody_to_hand_to(&self) -> bool {
+        self.group.shared.header().native_waiting.load(SeqCst) == 0
+    }
+
+    /// The caller consumed an event of the exclusive `fd`: does this member's turn end, and its
+    /// entry go to the tail? `Every(n)`: after `n` events. `Adaptive`: after this event, unless
+    /// the descriptor is still ready (a backlog) and the member has taken fewer than
+    /// `ADAPTIVE_BATCH` in a row. Never while no other member waits.
+    fn end_turn(&mut self, fd: RawFd) -> Result<()> {
+        let nobody = self.nobody_to_hand_to();
+        let Some(reg) = self.registrations.get_mut(&fd) else {
+            return Ok(());
+        };
+        if nobody {
+            reg.handed = 0; // a new turn, with nothing moved
+            return Ok(());
+        }
+        let due = match self.rotation {
+            Rotation::Every(0) => false,
+            Rotation::Every(n) => reg.handed >= n,
+            Rotation::Adaptive => reg.handed >= ADAPTIVE_BATCH || !still_ready(fd, reg.interest),
+        };
+        if !due {
+            return Ok(());
+        }
+        reg.handed = 0;
+        self.rotate(fd)
     }
 
     pub(crate) fn wait(
@@ -288,7 +330,7 @@ impl NativeWaiter {
     ) -> Result<usize> {
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
-            self.rotate(fd)?;
+            self.end_turn(fd)?;
         }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -297,13 +339,18 @@ impl NativeWaiter {
         } else {
             events.room().min(self.buffer.len())
         };
+        let waiting = &self.group.shared.header().native_waiting;
         loop {
-            let n = match syscall!(epoll_wait(
+            // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
+            waiting.fetch_add(1, SeqCst);
+            let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.buffer.as_mut_ptr(),
                 max as libc::c_int,
                 timeout_ms(deadline),
-            )) {
+            ));
+            waiting.fetch_sub(1, SeqCst);
+            let n = match res {
                 Ok(n) => n as usize,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
@@ -332,10 +379,9 @@ impl NativeWaiter {
                         != 0,
                     writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
                 });
-                if reg.interest.is_exclusive() && self.rotate_every > 0 {
+                if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
                     reg.handed += 1;
-                    if reg.handed >= self.rotate_every {
-                        reg.handed = 0;
+                    if !self.rotate_pending.contains(&fd) {
                         self.rotate_pending.push(fd);
                     }
                 }
@@ -352,6 +398,30 @@ impl NativeWaiter {
             wake: self.wake.clone(),
         }
     }
+}
+
+/// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? Under a backlog the
+/// answer is yes after the caller's read; when events come one at a time, no.
+fn still_ready(fd: RawFd, interest: Interest) -> bool {
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= libc::POLLIN;
+    }
+    if interest.is_writable() {
+        events |= libc::POLLOUT;
+    }
+    if interest.is_priority() {
+        events |= libc::POLLPRI;
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    // Hang-ups and errors are not a backlog: the turn ends and the others see them too.
+    n == 1 && pfd.revents & events != 0
 }
 
 /// Milliseconds left until `deadline` for epoll_wait, rounded up; -1 for none.

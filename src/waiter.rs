@@ -85,7 +85,7 @@ impl Waiter {
         let member = membership.member;
         let engine = match group.backend {
             Backend::Emulated => EmulatedWaiter::new(&group, membership).map(Engine::Emulated),
-            _ => NativeWaiter::new(group.rotate_every).map(Engine::Native),
+            _ => NativeWaiter::new(&group).map(Engine::Native),
         };
         let engine = match engine {
             Ok(engine) => engine,

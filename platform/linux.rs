@@ -297,12 +297,36 @@ impl NativeWaiter {
         self.group.shared.header().native_waiting.load(SeqCst) == 0
     }
 
+    /// Do the group's exclusive events come faster than `STREAM_GAP` apart, on average? Then a
+    /// hand-off (a cold thread woken for every event) costs more than the turn it gives, and
+    /// `Adaptive` lets a member take a batch.
+    fn in_a_stream(&self) -> bool {
+        let gap = self.group.shared.header().native_gap_ns.load(SeqCst);
+        gap < STREAM_GAP.as_nanos() as u64
+    }
+
+    /// A member was handed an exclusive event now: the gap since the last one goes into the
+    /// group's average (a hint: races between members only blur it).
+    fn note_event(&self) {
+        let header = self.group.shared.header();
+        let now = monotonic_ns();
+        let last = header.native_last_event_ns.swap(now, SeqCst);
+        let gap = now
+            .saturating_sub(last)
+            .min(STREAM_GAP.as_nanos() as u64 * 16);
+        let average = header.native_gap_ns.load(SeqCst);
+        header
+            .native_gap_ns
+            .store(average - average / 8 + gap / 8, SeqCst);
+    }
+
     /// The caller consumed an event of the exclusive `fd`: does this member's turn end, and its
     /// entry go to the tail? `Every(n)`: after `n` events. `Adaptive`: after this event, unless
     /// the descriptor is still ready (a backlog) and the member has taken fewer than
     /// `ADAPTIVE_BATCH` in a row. Never while no other member waits.
     fn end_turn(&mut self, fd: RawFd) -> Result<()> {
         let nobody = self.nobody_to_hand_to();
+        let stream = self.rotation == Rotation::Adaptive && !nobody && self.in_a_stream();
         let Some(reg) = self.registrations.get_mut(&fd) else {
             return Ok(());
         };
@@ -313,7 +337,9 @@ impl NativeWaiter {
         let due = match self.rotation {
             Rotation::Every(0) => false,
             Rotation::Every(n) => reg.handed >= n,
-            Rotation::Adaptive => reg.handed >= ADAPTIVE_BATCH || !still_ready(fd, reg.interest),
+            Rotation::Adaptive => {
+                reg.handed >= ADAPTIVE_BATCH || !(stream || still_ready(fd, reg.interest))
+            }
         };
         if !due {
             return Ok(());
@@ -360,6 +386,7 @@ impl NativeWaiter {
             }
             slot.wakeups.fetch_add(1, SeqCst);
             let mut notified = false;
+            let mut noted = false;
             for i in 0..n {
                 let ev = self.buffer[i];
                 let (data, flags) = (ev.u64, ev.events);
@@ -381,10 +408,14 @@ impl NativeWaiter {
                 });
                 if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
                     reg.handed += 1;
+                    noted |= self.rotation == Rotation::Adaptive;
                     if !self.rotate_pending.contains(&fd) {
                         self.rotate_pending.push(fd);
                     }
                 }
+            }
+            if noted {
+                self.note_event();
             }
             if !events.is_empty() || notified {
                 return Ok(events.len());
@@ -398,6 +429,21 @@ impl NativeWaiter {
             wake: self.wake.clone(),
         }
     }
+}
+
+/// `Rotation::Adaptive`: exclusive events closer together than this on average are a stream,
+/// in which a member keeps its turn for up to `ADAPTIVE_BATCH` events. Well above what a
+/// hand-off costs (a few microseconds to wake another thread), well below the gaps at which
+/// strict turns are promised (a millisecond).
+const STREAM_GAP: Duration = Duration::from_micros(50);
+
+/// Monotonic nanoseconds, comparable across the processes of a group.
+fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a pointer to a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? Under a backlog the

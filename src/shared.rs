@@ -95,6 +95,12 @@ pub(crate) struct Header {
     /// A member that dies inside its wait leaves one too many, which only means a rotation
     /// more; the emulation keeps IDLE and BUSY in the member table instead.
     pub native_waiting: AtomicU32,
+    /// When a native member was last handed an exclusive event (monotonic ns), and the moving
+    /// average of the gaps between such events (1/8 weight): hints for `Rotation::Adaptive`,
+    /// which keeps a member's turn while events come faster than `STREAM_GAP` apart.
+    pub native_last_event_ns: AtomicU64,
+    /// See `native_last_event_ns`.
+    pub native_gap_ns: AtomicU64,
     /// Shared exclusive descriptors.
     pub sources: [SourceSlot; MAX_SOURCES],
 }
@@ -209,6 +215,8 @@ impl Memory {
             first_pid: zero32(),
             spans_processes: zero32(),
             native_waiting: zero32(),
+            native_last_event_ns: zero64(),
+            native_gap_ns: zero64(),
             sources: std::array::from_fn(|_| SourceSlot {
                 id: zero64(),
                 holder: zero32(),

@@ -273,6 +273,10 @@ impl EmulatedWaiter {
         else {
             return;
         };
+        if !tk.anyone_else_idle(s, self.me) {
+            reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
+            return;
+        }
         let ready = still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
         if tk.adaptive_turn_ends(reg.handed, ready) {
             reg.handed = 0;

@@ -314,6 +314,11 @@ impl Token<'_> {
         self.rotation == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !still_ready)
     }
 
+    /// Is a member other than `me` registered on `s` and idle (someone to hand a turn to)?
+    pub(crate) fn anyone_else_idle(&self, s: usize, me: u32) -> bool {
+        self.next_idle(s, me, None).is_some()
+    }
+
     /// `me` goes to the back of the line of `s` after its turn (the token has moved on
     /// already, when `me` went busy).
     pub(crate) fn to_back(&self, s: usize, me: u32) {

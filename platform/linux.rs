@@ -12,8 +12,9 @@
 //! When a turn ends ([`Rotation`]): with `Every(n)`, after `n` events; with `Adaptive`, after
 //! one event unless the descriptor is still ready (a zero-timeout `poll` of it: a backlog),
 //! then after at most `ADAPTIVE_BATCH` events in a row. Either way, with no other member of the
-//! group inside its wait (the `native_waiting` count in the shared header), there is nobody to
-//! hand the turn to and the entry stays where it is: no delete and re-add.
+//! group inside its wait (the `native_waiting` count in the shared header) when the member comes
+//! back to its own wait, there is nobody to hand the turn to and the entry stays where it is:
+//! no delete and re-add.
 //!
 //! The kernel refuses `EPOLL_CTL_MOD` of an exclusive entry and several flags with it
 //! (ONESHOT, RDHUP, PRI): `modify` of an exclusive registration is delete plus add, and the
@@ -280,13 +281,15 @@ impl NativeWaiter {
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
         // Usually one pending descriptor: no allocation on this hot path.
-        while let Some(i) = self
-            .rotate_pending
-            .iter()
-            .position(|fd| self.registrations.get(fd).is_some_and(|r| r.key == key))
-        {
-            let fd = self.rotate_pending.swap_remove(i);
-            self.end_turn(fd)?;
+        let mut i = 0;
+        while i < self.rotate_pending.len() {
+            let fd = self.rotate_pending[i];
+            let ours = self.registrations.get(&fd).is_some_and(|r| r.key == key);
+            if ours && self.end_turn(fd, false)? {
+                self.rotate_pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
         }
         Ok(())
     }
@@ -302,7 +305,8 @@ impl NativeWaiter {
     /// `Adaptive` lets a member take a batch.
     fn in_a_stream(&self) -> bool {
         let gap = self.group.shared.header().native_gap_ns.load(SeqCst);
-        gap < STREAM_GAP.as_nanos() as u64
+        // 0: no event measured yet, no stream.
+        gap != 0 && gap < STREAM_GAP.as_nanos() as u64
     }
 
     /// A member was handed an exclusive event now: the gap since the last one goes into the
@@ -315,24 +319,32 @@ impl NativeWaiter {
             .saturating_sub(last)
             .min(STREAM_GAP.as_nanos() as u64 * 16);
         let average = header.native_gap_ns.load(SeqCst);
-        header
-            .native_gap_ns
-            .store(average - average / 8 + gap / 8, SeqCst);
+        let average = match average {
+            0 => gap, // the first event: the gap from nothing, the cap
+            _ => average - average / 8 + gap / 8,
+        };
+        header.native_gap_ns.store(average.max(1), SeqCst);
     }
 
     /// The caller consumed an event of the exclusive `fd`: does this member's turn end, and its
     /// entry go to the tail? `Every(n)`: after `n` events. `Adaptive`: after this event, unless
     /// the descriptor is still ready (a backlog) and the member has taken fewer than
-    /// `ADAPTIVE_BATCH` in a row. Never while no other member waits.
-    fn end_turn(&mut self, fd: RawFd) -> Result<()> {
+    /// `ADAPTIVE_BATCH` in a row. Never while no other member waits: then the decision waits
+    /// for the member's next `wait` (`last_chance`), when the others have had the time to come
+    /// back to theirs, and if nobody waits even then, the turn goes on with nothing moved.
+    /// Returns whether it decided (false: deferred to the next `wait`).
+    fn end_turn(&mut self, fd: RawFd, last_chance: bool) -> Result<bool> {
         let nobody = self.nobody_to_hand_to();
         let stream = self.rotation == Rotation::Adaptive && !nobody && self.in_a_stream();
         let Some(reg) = self.registrations.get_mut(&fd) else {
-            return Ok(());
+            return Ok(true);
         };
         if nobody {
+            if !last_chance {
+                return Ok(false);
+            }
             reg.handed = 0; // a new turn, with nothing moved
-            return Ok(());
+            return Ok(true);
         }
         let due = match self.rotation {
             Rotation::Every(0) => false,
@@ -342,10 +354,10 @@ impl NativeWaiter {
             }
         };
         if !due {
-            return Ok(());
+            return Ok(true);
         }
         reg.handed = 0;
-        self.rotate(fd)
+        self.rotate(fd).map(|()| true)
     }
 
     pub(crate) fn wait(
@@ -356,7 +368,7 @@ impl NativeWaiter {
     ) -> Result<usize> {
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
-            self.end_turn(fd)?;
+            self.end_turn(fd, true)?;
         }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -432,10 +444,12 @@ impl NativeWaiter {
 }
 
 /// `Rotation::Adaptive`: exclusive events closer together than this on average are a stream,
-/// in which a member keeps its turn for up to `ADAPTIVE_BATCH` events. Well above what a
-/// hand-off costs (a few microseconds to wake another thread), well below the gaps at which
-/// strict turns are promised (a millisecond).
-const STREAM_GAP: Duration = Duration::from_micros(50);
+/// in which a member keeps its turn for up to `ADAPTIVE_BATCH` events: a producer writing as
+/// fast as it can (2 to 5 µs apart at 500 waiters here), where each hand-off would wake a cold
+/// thread for one message. Below a request-reply round trip over loopback (a client that
+/// connects, waits for the answer and connects again: tens of µs), so such a client gets
+/// strict turns, as do the turn-taking tests (1 ms apart, or back to back through a channel).
+const STREAM_GAP: Duration = Duration::from_micros(10);
 
 /// Monotonic nanoseconds, comparable across the processes of a group.
 fn monotonic_ns() -> u64 {

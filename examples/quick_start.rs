@@ -67,7 +67,7 @@ fn with_threads(listener: &TcpListener) -> io::Result<()> {
         let served: Vec<u64> = (workers.into_iter())
             .map(|(_, worker)| worker.join().expect("worker panicked"))
             .collect::<io::Result<_>>()?;
-        println!("threads served {served:?}"); // [10, 10, 10, 10]
+        println!("threads served {served:?}"); // [10, 10, 10, 10] when all 4 were waiting
         Ok(())
     })
 }

@@ -5,13 +5,28 @@
 //! is a voluntary context switch, so the number of voluntary switches of a waiting thread (or a
 //! single-threaded process) counts its kernel-level wake-ups, seen or not.
 
-/// Voluntary context switches of the calling thread so far (Linux: `RUSAGE_THREAD`).
-/// Elsewhere, those of the whole process (`RUSAGE_SELF`), which equals the thread's figure in a
-/// single-threaded worker process. `None` where the system has no such counter.
+/// Voluntary context switches of the calling thread so far: `getrusage(RUSAGE_THREAD)` on
+/// Linux, FreeBSD and OpenBSD. Elsewhere, those of the whole process (`RUSAGE_SELF`), which
+/// equals the thread's figure in a single-threaded worker process: macOS has no per-thread
+/// count (its `thread_info` reports times, state and priorities, no context switches), nor has
+/// NetBSD. `None` where the system has no such counter (Windows).
 pub fn thread_voluntary_switches() -> Option<u64> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "openbsd"
+    ))]
     let who = libc::RUSAGE_THREAD;
-    #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+    #[cfg(all(
+        unix,
+        not(any(
+            target_os = "linux",
+            target_os = "android",
+            target_os = "freebsd",
+            target_os = "openbsd"
+        ))
+    ))]
     let who = libc::RUSAGE_SELF;
     #[cfg(unix)]
     {

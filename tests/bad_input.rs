@@ -1,6 +1,9 @@
 //! Bad input: every refusal is a typed error that names the problem, never a panic, and the
 //! waiter keeps working afterwards (the next valid operation succeeds, no message is lost).
 
+// Linux only: pipes and /proc; the portable bad-input checks are tests/portable_bad_input.rs, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};

@@ -1,6 +1,9 @@
 //! exclusive: W waiters on one pipe, one message → exactly one waiter returns, and the others
 //! stay asleep: their kernel counters show no wake-up but the one we cause afterwards.
 
+// Linux only: kernel wake-up counters and /proc; the portable checks are tests/portable_exclusive.rs, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::sync::mpsc;

@@ -2,6 +2,9 @@
 //! consuming what they read, again and again), signals delivered to waiting members, a descriptor closed while registered, every
 //! member gone and a new one joining, the producer hanging up. Nothing is lost, nothing stalls.
 
+// Linux only: forked members killed with SIGKILL, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::os::fd::AsRawFd;

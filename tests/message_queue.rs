@@ -2,6 +2,9 @@
 //! mqueue file system, which herdless must not refuse): an exclusive registration on one queue
 //! hands each message to one member, on both backends.
 
+// Linux only: POSIX message queues as descriptors (Linux's mqueue file system), and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use common::wait_keys;

@@ -2,6 +2,9 @@
 //! of add, modify, delete, write, drain, wait, join and leave on real pipes, where the model
 //! says what each call must answer and which keys a wait must hand out.
 
+// Linux only: real pipes through tests/common, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::collections::btree_map::Entry;

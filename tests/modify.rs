@@ -2,6 +2,9 @@
 //! EPOLL_CTL_MOD of an exclusive entry; herdless deletes and re-adds), and a refused change
 //! leaves the registration as it was.
 
+// Linux only: real pipes through tests/common, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::os::fd::AsRawFd;

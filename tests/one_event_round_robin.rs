@@ -2,6 +2,9 @@
 //! registered with one event per wait: successive waits return fd1, fd2, fd3, fd1, … — with and
 //! without `exclusive`.
 
+// Linux only: real pipes; the portable version is tests/portable_turns.rs, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::os::fd::AsRawFd;

@@ -2,6 +2,9 @@
 //! Turn-taking holds across processes, and connections are spread evenly over the workers.
 //! (Killing members is in `faults.rs`.)
 
+// Linux only: forked members, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::io::{Read, Write};

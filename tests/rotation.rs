@@ -5,6 +5,9 @@
 //! back the spread stays even; with all 800 queued at once the emulation still takes turns (the
 //! native backend does not: see `a_backlog`).
 
+// Linux only: /proc and kernel counters; the portable turns are tests/portable_turns.rs, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::time::Duration;

@@ -20,7 +20,11 @@
 
 mod deathwatch;
 mod doorbell;
+#[cfg(unix)]
+mod other_unix;
 mod token;
+#[cfg(all(windows, not(loom)))]
+mod windows;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
@@ -308,6 +312,8 @@ impl EmulatedWaiter {
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
     /// it leads whose last event has been consumed. Returns whether it added any.
     fn sync(&mut self, tk: &Token<'_>) -> Result<bool> {
+        #[cfg(all(windows, not(loom)))]
+        self.forget_closed_sockets(tk);
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
         for (&fd, reg) in &self.registrations {
@@ -475,7 +481,9 @@ impl EmulatedWaiter {
             }
             if probe {
                 self.note_backlog(tk);
-                if self.raw_events.is_empty() {
+                // (A notification counts: on Windows the bell is the poller's notify, which
+                // this look consumed without leaving an event.)
+                if self.raw_events.is_empty() && slot.notified.load(SeqCst) == 0 {
                     continue; // nothing yet: now sleep until there is
                 }
             }
@@ -500,7 +508,8 @@ impl EmulatedWaiter {
                 continue;
             }
             slot.wakeups.fetch_add(1, SeqCst);
-            let rung = self.collect_candidates(tk);
+            // On Windows a bell leaves no event to see: look at the flag every time.
+            let rung = self.collect_candidates(tk) || cfg!(windows);
             if rung {
                 tk.bells.drain(me);
             }
@@ -648,6 +657,8 @@ impl EmulatedWaiter {
     }
 
     fn poller_add(&self, fd: RawSource, interest: Interest) -> Result<()> {
+        #[cfg(all(windows, not(loom)))]
+        windows::check_socket(fd)?;
         let mut ev =
             polling::Event::new(fd as usize, interest.is_readable(), interest.is_writable());
         ev.set_priority(interest.is_priority());
@@ -714,6 +725,13 @@ fn identify(fd: RawSource) -> Result<u64> {
         }
         _ => {}
     }
+    // macOS and the BSDs: a descriptor whose fstat gives no identity (see `other_unix`).
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    if other_unix::has_no_identity(&st) {
+        if let Some(id) = other_unix::identity_without_inode(fd, &st) {
+            return Ok(id);
+        }
+    }
     let mix = |mut x: u64| {
         x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -738,7 +756,11 @@ fn refuse_anonymous(fd: RawSource) -> Result<()> {
     Ok(())
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+/// macOS and the BSDs: what has no identity there (see `other_unix`).
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+use other_unix::refuse_anonymous;
+
+#[cfg(not(unix))]
 fn refuse_anonymous(_fd: RawSource) -> Result<()> {
     Ok(())
 }
@@ -754,6 +776,9 @@ fn is_message_queue(fd: RawSource) -> bool {
     unsafe { libc::fstatfs(fd, &mut fs) == 0 && fs.f_type as i64 == MQUEUE_MAGIC }
 }
 
+/// Elsewhere no queue looks like a regular file: macOS has no POSIX message queues, and a
+/// FreeBSD queue's descriptor (`mq_getfd_np`) is a FIFO-like file with no identity, which
+/// `other_unix` refuses as exclusive.
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 fn is_message_queue(_fd: RawSource) -> bool {
     false
@@ -762,7 +787,9 @@ fn is_message_queue(_fd: RawSource) -> bool {
 /// On Windows members are threads of one process: the socket number is the identity.
 #[cfg(windows)]
 fn identify(fd: RawSource) -> Result<u64> {
-    Ok((fd as u64).wrapping_add(1).max(1))
+    #[cfg(not(loom))]
+    windows::check_socket(fd)?;
+    Ok(fd.wrapping_add(1).max(1))
 }
 
 /// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? `None` where the

@@ -10,11 +10,12 @@
 //! that still sees the unread message would wake a second waiter for it.
 //!
 //! When a turn ends ([`Rotation`]): with `Every(n)`, after `n` events; with `Adaptive`, after
-//! one event unless the descriptor is still ready (a zero-timeout `poll` of it: a backlog),
-//! then after at most `ADAPTIVE_BATCH` events in a row. Either way, with no other member of the
-//! group inside its wait (the `native_waiting` count in the shared header) when the member comes
-//! back to its own wait, there is nobody to hand the turn to and the entry stays where it is:
-//! no delete and re-add.
+//! one event unless the descriptor is still ready (a zero-timeout `poll` of it: a backlog) or
+//! the group's events come in a stream, then after at most `ADAPTIVE_BATCH` events in a row.
+//! Under `Adaptive`, with no other member of the group inside its wait (the `native_waiting`
+//! count in the shared header) when the member comes back to its own wait, there is nobody to
+//! hand the turn to and the entry stays where it is: no delete and re-add. Under `Every(n)`
+//! only a lone member skips it.
 //!
 //! The kernel refuses `EPOLL_CTL_MOD` of an exclusive entry and several flags with it
 //! (ONESHOT, RDHUP, PRI): `modify` of an exclusive registration is delete plus add, and the
@@ -296,8 +297,15 @@ impl NativeWaiter {
 
     /// Is no other member of the group inside its wait? Then a rotation would hand the turn to
     /// nobody: the entry stays at the head. (This member is outside its wait when it asks.)
+    /// With `Every(n)` (turns at any cost) only a lone member skips: the count of members in
+    /// their wait is a hint, and under a load where every other member is briefly out of it a
+    /// skipped rotation would cost the turns that setting promises.
     fn nobody_to_hand_to(&self) -> bool {
-        self.group.shared.header().native_waiting.load(SeqCst) == 0
+        let shared = &self.group.shared;
+        match self.rotation {
+            Rotation::Adaptive => shared.header().native_waiting.load(SeqCst) == 0,
+            Rotation::Every(_) => shared.high() <= 1,
+        }
     }
 
     /// Do the group's exclusive events come faster than `STREAM_GAP` apart, on average? Then a

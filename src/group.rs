@@ -35,13 +35,14 @@ pub enum Backend {
 /// The default is [`Rotation::Adaptive`], the rule *turns by the event, batches under a
 /// backlog*: a member goes to the back after every event while events come one at a time
 /// (strict turns, as `Every(1)`), but while the descriptor has a backlog (it is still ready
-/// when the member's turn ends) the member keeps taking its events, up to
-/// [`ADAPTIVE_BATCH`] in a row, before it goes to the back. A backlog is what the group
-/// measures, never a guess: the native backend asks the descriptor itself (a zero-timeout
-/// `poll`) when the turn ends; the emulation uses the backlog average it keeps for its
-/// spinning decision (how often a new leader found the descriptor ready at once). With nobody
-/// to hand to (no other member inside `wait`), no backend rotates at all. See
-/// `docs/internals.md`, "Rotation".
+/// after the member's read) the member keeps taking its events, up to [`ADAPTIVE_BATCH`] in a
+/// row, before it goes to the back. The backend measures, never guesses: both ask the
+/// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
+/// Windows uses the backlog average it keeps for its spinning decision instead). The native
+/// backend also counts a *stream* as a backlog: events closer than 10 µs apart on average
+/// across the group (a producer at full speed), where handing each to another thread would
+/// wake a cold thread per event. With nobody to hand to (no other member inside `wait`), no
+/// backend rotates at all. See `docs/internals.md`, "Rotation".
 ///
 /// ```
 /// use herdless::{Group, Rotation};

@@ -111,7 +111,7 @@ fn refusal(fd: RawFd, err: io::Error, context: &'static str) -> Error {
         Some(libc::EBADF) => Error::BadDescriptor { fd },
         Some(libc::EPERM) => Error::UnwatchableDescriptor {
             fd,
-            reason: "epoll does not watch regular files or directories (EPERM)",
+            reason: crate::error::eperm_reason(fd),
         },
         Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
         Some(libc::ELOOP) | Some(libc::EINVAL) if is_epoll(fd) => Error::UnwatchableDescriptor {

@@ -152,6 +152,29 @@ impl Error {
     }
 }
 
+/// Why the kernel's poller refused to watch `fd` with EPERM, named after what `fd` is (a
+/// character device such as `/dev/null`, a regular file, a directory), for
+/// [`Error::UnwatchableDescriptor`].
+#[cfg(unix)]
+pub(crate) fn eperm_reason(fd: RawSource) -> &'static str {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only reads the descriptor number and writes the live struct.
+    if unsafe { libc::fstat(fd, &mut st) } == -1 {
+        return "the poller refuses it (EPERM)";
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFCHR => {
+            "a character device that does not support readiness polling (EPERM), such as \
+             /dev/null or /dev/zero"
+        }
+        libc::S_IFBLK => "a block device: readiness polling does not apply (EPERM)",
+        libc::S_IFREG => "a regular file is always ready: readiness polling does not apply (EPERM)",
+        libc::S_IFDIR => "a directory cannot be polled (EPERM)",
+        _ => "the poller refuses this kind of descriptor (EPERM)",
+    }
+}
+
 impl From<Error> for io::Error {
     fn from(err: Error) -> io::Error {
         io::Error::new(err.kind(), err)

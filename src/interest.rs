@@ -74,6 +74,12 @@ impl Interest {
     /// An event on this descriptor wakes exactly one waiter of the group (POLLEXCL). After
     /// such an event, call [`Waiter::consumed`](crate::Waiter::consumed). Example: see
     /// [`Interest`].
+    ///
+    /// What is shared out is readiness *changes*. A descriptor that stays ready (a pipe's
+    /// write end with room) is ready at once for every waiter that adds or re-adds it: on the
+    /// native backend, whose rotation re-adds it, several waiters may be let in together and
+    /// the late ones find the room gone (`EAGAIN`); the emulation hands it to one waiter at a
+    /// time.
     #[must_use]
     pub const fn exclusive(mut self) -> Interest {
         self.exclusive = true;
@@ -171,13 +177,23 @@ impl Events {
     pub const DEFAULT_CAPACITY: usize = 1024;
 
     /// A buffer that receives at most `capacity` events per wait. A capacity of 0 is allowed
-    /// here and refused by `wait` with [`Error::ZeroCapacity`]. Example: see [`Events`].
+    /// here and refused by `wait` with [`Error::ZeroCapacity`]. Any capacity is accepted and
+    /// never panics: memory for at most [`Events::PREALLOCATED`] events is set aside here, and
+    /// the buffer grows past that only as far as waits actually fill it.
+    ///
+    /// ```
+    /// let huge = herdless::Events::with_capacity(usize::MAX / 8);
+    /// assert_eq!(huge.capacity(), usize::MAX / 8);
+    /// ```
     pub fn with_capacity(capacity: usize) -> Events {
         Events {
-            list: Vec::with_capacity(capacity),
+            list: Vec::with_capacity(capacity.min(Self::PREALLOCATED)),
             capacity,
         }
     }
+
+    /// The most events [`with_capacity`](Self::with_capacity) sets memory aside for at once.
+    pub const PREALLOCATED: usize = 1024;
 
     /// The events of the last wait. Example: see [`Events`].
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Event> + '_ {

@@ -22,7 +22,7 @@ pub(crate) const NONE: u32 = u32::MAX;
 #[cfg(not(loom))]
 pub(crate) const MAX_SOURCES: usize = 64;
 #[cfg(loom)]
-pub(crate) const MAX_SOURCES: usize = 1;
+pub(crate) const MAX_SOURCES: usize = 2;
 
 /// The states of a member slot (read-only here: `crate::members` alone changes them).
 #[allow(unused_imports)]
@@ -58,6 +58,13 @@ pub(crate) struct SourceSlot {
     pub claimed_at: std::sync::atomic::AtomicU64,
     /// How long holders have kept events lately (a moving average, nanoseconds).
     pub hold_ns: std::sync::atomic::AtomicU64,
+    /// A member that was handed the token and left the ready source unclaimed for a while
+    /// (stopped, or starved of CPU): the token was taken from it, and `pass` skips it until it
+    /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
+    pub stuck: std::sync::atomic::AtomicU32,
+    /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
+    /// pass rings the new leader (see `Token::hold_left`). A hint.
+    pub quiet_claim: std::sync::atomic::AtomicU32,
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog. With a backlog and quick holders it pays for the next
     /// leaders to spin for their turn rather than sleep (see `Token::spinning_pays`).
@@ -224,6 +231,8 @@ impl Memory {
                 watcher: zero32(),
                 line_head: zero32(),
                 deputy: std::sync::atomic::AtomicU32::new(NONE),
+                stuck: std::sync::atomic::AtomicU32::new(NONE),
+                quiet_claim: std::sync::atomic::AtomicU32::new(0),
                 claimed_at: std::sync::atomic::AtomicU64::new(0),
                 hold_ns: std::sync::atomic::AtomicU64::new(0),
                 ready_on_arm: std::sync::atomic::AtomicU32::new(0),
@@ -257,6 +266,7 @@ impl SharedState {
                 f.store(NONE, SeqCst);
             }
             s.deputy.store(NONE, SeqCst);
+            s.stuck.store(NONE, SeqCst);
         }
         Ok(shared)
     }

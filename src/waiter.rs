@@ -28,7 +28,8 @@ use crate::source::{raw_of, AsSource};
 )]
 enum Engine {
     Native(NativeWaiter),
-    Emulated(EmulatedWaiter),
+    /// Boxed: the emulated half carries its registrations, queues and buffers.
+    Emulated(Box<EmulatedWaiter>),
 }
 
 /// One member of a [`Group`](crate::Group): registers descriptors and waits for their events.
@@ -89,7 +90,9 @@ impl Waiter {
         let membership = claim.membership();
         let member = membership.member;
         let engine = match group.backend {
-            Backend::Emulated => EmulatedWaiter::new(&group, membership).map(Engine::Emulated),
+            Backend::Emulated => {
+                EmulatedWaiter::new(&group, membership).map(|e| Engine::Emulated(Box::new(e)))
+            }
             _ => NativeWaiter::new(&group).map(Engine::Native),
         };
         let engine = match engine {

@@ -47,7 +47,8 @@ impl Doorbells {
     /// Empties the bell of `slot` after it woke its member.
     pub(crate) fn drain(&self, slot: u32) {
         let fd = self.pipes[slot as usize].0.as_raw_fd();
-        let mut buf = [0u8; 64];
+        // Large reads: a storm of notifications fills the pipe, and it is emptied in few calls.
+        let mut buf = [0u8; 4096];
         // SAFETY: reads into a live buffer from our own non-blocking pipe, until it is empty.
         while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
     }

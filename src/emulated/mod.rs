@@ -17,6 +17,13 @@
 //! `pass` rings it at once and names the member after it (the deputy, which `release` rings),
 //! and both spin for their turn instead of sleeping, so the hand-off puts no kernel wake-up on
 //! the critical path. Otherwise `release` rings the new leader.
+//!
+//! Ready descriptors of the member's own: one kernel wait finds every ready registration at
+//! once (its buffer grows with the registrations), and those not handed out wait in a queue,
+//! served in turn by the next waits without a kernel wait, each looked at again by one poll(2)
+//! first. So every ready descriptor is reached however many there are, and a wait costs in
+//! proportion to what it returns. Identity: an exclusive descriptor is its open file (device,
+//! inode) and its access mode, so the two ends of a pipe are two sources.
 
 mod deathwatch;
 mod doorbell;
@@ -26,7 +33,7 @@ mod token;
 #[cfg(all(windows, not(loom)))]
 mod windows;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,9 +44,10 @@ use crate::error::{Error, RawSource, Result};
 use crate::group::{GroupInner, Rotation};
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::members::{Life, Membership};
+use crate::shared::NONE;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
-use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP};
+use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -87,6 +95,11 @@ struct Registration {
     in_poller: bool,
     /// Exclusive events handed to this member since it last went to the back of the line.
     handed: u32,
+    /// Is it in the member's queue of ready descriptors not yet handed out?
+    queued: bool,
+    /// (leader, its last claim, when) if this member, checking on the leader of this
+    /// exclusive source, last saw it ready with nobody holding it: the leader may be stuck.
+    suspect: Option<(u32, u64, Instant)>,
 }
 
 /// A ready descriptor found by one kernel wait, before it is handed out.
@@ -94,6 +107,18 @@ struct Candidate {
     fd: RawSource,
     seq: u64,
     event: Event,
+}
+
+/// A ready descriptor of the member's own (not exclusive) in the queue of those not yet
+/// handed out, served in turn over the next waits.
+struct Pending {
+    fd: RawSource,
+    /// The registration's order, to tell a number registered again since.
+    seq: u64,
+    event: Event,
+    /// The kernel wait that found it ready: from an earlier one, it is looked at again before
+    /// it is handed out (another thread may have read it meanwhile).
+    found_by: u64,
 }
 
 /// One member's emulated half.
@@ -115,8 +140,18 @@ pub(crate) struct EmulatedWaiter {
     one_event: usize,
     /// The shared source slots of this member's exclusive registrations.
     sources: Vec<usize>,
+    /// The descriptors of those registrations (so that a wait's cost does not grow with the
+    /// number of other registrations).
+    exclusive_fds: Vec<RawSource>,
     raw_events: polling::Events,
     candidates: Vec<Candidate>,
+    /// Ready descriptors not yet handed out, in turn order (see `serve_pending`).
+    pending: VecDeque<Pending>,
+    /// Kernel waits so far (for `Pending::found_by`).
+    polls: u64,
+    /// `serve_pending`'s list for poll(2), kept to save an allocation per wait.
+    #[cfg(unix)]
+    pollfds: Vec<libc::pollfd>,
     /// `sync`'s list of poller changes, kept to save an allocation per wait.
     changes: Vec<(RawSource, bool)>,
     /// The processes this member depends on, whose deaths it waits on (see `deathwatch`).
@@ -157,8 +192,13 @@ impl EmulatedWaiter {
             to_back: Vec::new(),
             one_event: 0,
             sources: Vec::new(),
+            exclusive_fds: Vec::new(),
             raw_events: polling::Events::new(),
             candidates: Vec::new(),
+            pending: VecDeque::new(),
+            polls: 0,
+            #[cfg(unix)]
+            pollfds: Vec::new(),
             changes: Vec::new(),
             deaths: Box::default(),
             depends_on: Vec::new(),
@@ -183,10 +223,15 @@ impl EmulatedWaiter {
         let source = match interest.is_exclusive() {
             true => {
                 refuse_anonymous(fd)?;
+                // Ask the poller before answering: an exclusive descriptor enters the poller
+                // only later, when this member leads it, and a refusal then would fail every
+                // wait of the group. A trial registration now refuses it here instead.
+                self.poller_add(fd, interest)?;
+                self.poller_delete(fd);
                 let s = group.shared.source_index(identity)?;
                 if self.sources.contains(&s) {
-                    // Another descriptor of the same open file (a dup, or the other end of a
-                    // pipe) is registered exclusive already: one token per file and member.
+                    // Another descriptor of the same open file and direction (a dup) is
+                    // registered exclusive already: one token per file and member.
                     return Err(Error::AlreadyRegistered { fd });
                 }
                 Some(s)
@@ -198,6 +243,7 @@ impl EmulatedWaiter {
             Some(s) => {
                 group.shared.source(s).set_member(self.me, true);
                 self.sources.push(s);
+                self.exclusive_fds.push(fd);
             }
         }
         self.registrations.insert(
@@ -210,6 +256,8 @@ impl EmulatedWaiter {
                 source,
                 in_poller: source.is_none(),
                 handed: 0,
+                queued: false,
+                suspect: None,
             },
         );
         self.next_seq += 1;
@@ -300,10 +348,11 @@ impl EmulatedWaiter {
 
     /// After a look at sources it just started watching: were they ready at once?
     fn note_backlog(&self, tk: &Token<'_>) {
-        for (&fd, reg) in &self.registrations {
+        for fd in &self.exclusive_fds {
+            let reg = &self.registrations[fd];
             let Some(s) = reg.source else { continue };
             if reg.in_poller {
-                let ready = self.raw_events.iter().any(|ev| ev.key == fd as usize);
+                let ready = self.raw_events.iter().any(|ev| ev.key == *fd as usize);
                 tk.note_ready_on_arm(s, ready);
             }
         }
@@ -316,7 +365,8 @@ impl EmulatedWaiter {
         self.forget_closed_sockets(tk);
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
-        for (&fd, reg) in &self.registrations {
+        for &fd in &self.exclusive_fds {
+            let reg = &self.registrations[&fd];
             let Some(s) = reg.source else { continue };
             let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
             if want != reg.in_poller {
@@ -365,6 +415,7 @@ impl EmulatedWaiter {
         }
         if let Some(s) = reg.source {
             self.sources.retain(|&x| x != s);
+            self.exclusive_fds.retain(|&x| x != fd);
             tk.shared.source(s).set_member(self.me, false);
             self.release_source(tk, s);
             if tk.shared.source(s).leader.load(SeqCst) == self.me {
@@ -417,8 +468,22 @@ impl EmulatedWaiter {
     ) -> Result<usize> {
         let me = self.me;
         let slot = tk.shared.member(me);
+        let limit = if self.one_event > 0 { 1 } else { events.room() };
+        let mut first = true;
         loop {
+            // Every way round this loop (a spin, a probe, a bell, a stale queue) honours the
+            // deadline.
+            if !std::mem::take(&mut first) && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
+            }
             for &s in &self.sources {
+                // A holder that kept its event too long is not waited for (`HOLD_BOUND`).
+                // (The holder is read before the hold's age: a claim made after that read is
+                // young, and is not ended.)
+                let holder = tk.shared.source(s).holder.load(SeqCst);
+                if tk.hold_left(s, me) == Some(Duration::ZERO) {
+                    tk.expire_hold(s, me, holder);
+                }
                 if !tk.take_if_due(s, me) {
                     tk.volunteer(s, me);
                 }
@@ -449,15 +514,41 @@ impl EmulatedWaiter {
                 (true, _) | (false, true) => Some(LIVENESS_SWEEP),
                 (false, false) => None,
             };
+            // A leader waiting for a holder looks again when the hold expires; a member that
+            // suspects a stuck leader looks again `TAKE_BOUND` later.
+            let hold = self
+                .sources
+                .iter()
+                .filter_map(|&s| tk.hold_left(s, me))
+                .min();
+            let suspect = self
+                .exclusive_fds
+                .iter()
+                .any(|fd| self.registrations[fd].suspect.is_some())
+                .then_some(TAKE_BOUND);
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let poll_timeout = match (left, check_every) {
-                (Some(l), Some(c)) => Some(l.min(c)),
-                (l, c) => l.or(c),
-            };
-            if self.spin_for_release(tk) {
+            let poll_timeout = [left, check_every, hold, suspect]
+                .into_iter()
+                .flatten()
+                .min();
+            if self.spin_for_release(tk, deadline) {
                 if slot.notified.swap(0, SeqCst) != 0 {
                     slot.wakeups.fetch_add(1, SeqCst);
                     return Ok(0);
+                }
+                continue;
+            }
+            if !self.pending.is_empty() && !probe {
+                // Ready descriptors left by the last kernel wait: served in turn, no kernel
+                // wait (so a wait costs in proportion to what it returns, not to how many
+                // descriptors are ready).
+                if slot.notified.swap(0, SeqCst) != 0 {
+                    tk.bells.drain(me);
+                    return Ok(0);
+                }
+                self.serve_pending(tk, events, limit);
+                if !events.is_empty() {
+                    return Ok(events.len());
                 }
                 continue;
             }
@@ -465,10 +556,12 @@ impl EmulatedWaiter {
                 true => Some(Duration::ZERO),
                 false => poll_timeout,
             };
+            self.reserve_raw_events();
             self.raw_events.clear();
             self.poller
                 .wait(&mut self.raw_events, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
+            self.polls += 1;
             let (died, only_deaths) = self.deaths.fired(&self.poller, &self.raw_events);
             if died {
                 // A process this member depends on ended: clear it out now.
@@ -493,6 +586,9 @@ impl EmulatedWaiter {
                         tk.check(s, me);
                     }
                 }
+                if check_every.is_some() || suspect.is_some() {
+                    self.look_for_stuck(tk);
+                }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(0);
                 }
@@ -501,7 +597,8 @@ impl EmulatedWaiter {
                     return Ok(0);
                 }
                 if check_every.is_none() {
-                    // Woken with nothing: a door bell where bells are the poller's notify.
+                    // Woken with nothing: a door bell where bells are the poller's notify, or
+                    // the look at the holds of active sources (`Token::hold_left`).
                     slot.wakeups.fetch_add(1, SeqCst);
                     slot.token_wakeups.fetch_add(1, SeqCst);
                 }
@@ -513,8 +610,8 @@ impl EmulatedWaiter {
             if rung {
                 tk.bells.drain(me);
             }
-            let found_readiness = !self.candidates.is_empty();
-            self.hand_out(tk, events);
+            let found_readiness = !self.pending.is_empty();
+            self.serve_pending(tk, events, limit);
             let notified = rung && slot.notified.swap(0, SeqCst) != 0;
             if !events.is_empty() || notified {
                 return Ok(events.len());
@@ -527,46 +624,69 @@ impl EmulatedWaiter {
         }
     }
 
+    /// Makes room in the kernel wait's buffer for every registered descriptor at once (and the
+    /// door bell), so that one kernel wait finds all that are ready, whatever their number.
+    fn reserve_raw_events(&mut self) {
+        let wanted = self.registrations.len() + 2;
+        if self.raw_events.capacity().get() < wanted {
+            let capacity = wanted.next_power_of_two();
+            self.raw_events = polling::Events::with_capacity(
+                std::num::NonZeroUsize::new(capacity).expect("at least two"),
+            );
+        }
+    }
+
     /// A leader whose source is still held, or the deputy next in line, spins (yielding the
-    /// CPU) for its turn, up to `SPIN_FOR_RELEASE`, instead of sleeping, under a backlog with
-    /// quick holders: the holder then consumes within microseconds, while a member asleep
-    /// costs a kernel wake-up on the critical path (on a virtual machine, tens of microseconds
-    /// when its CPU has gone idle). Door bells for a spinning member are left unrung (see
-    /// `Token::wake`). Returns whether the state changed (loop again) rather than timed out.
-    fn spin_for_release(&self, tk: &Token<'_>) -> bool {
+    /// CPU) for its turn, up to `SPIN_FOR_RELEASE` (and never past the wait's deadline),
+    /// instead of sleeping, under a backlog with quick holders: the holder then consumes
+    /// within microseconds, while a member asleep costs a kernel wake-up on the critical path
+    /// (on a virtual machine, tens of microseconds when its CPU has gone idle). Door bells for
+    /// a spinning member are left unrung (see `Token::wake`).
+    ///
+    /// Each source is looked at on its own: the spin is for the sources this member waits on
+    /// when it starts, and it ends when one of those is no longer waited on (its turn came, or
+    /// its role changed). A role on another source (leading a free one, say) never counts, so
+    /// a member that leads one source and is the deputy of another cannot feed its own loop.
+    /// Returns whether one of them changed, or a notification came (loop again), rather than
+    /// timed out.
+    fn spin_for_release(&self, tk: &Token<'_>, deadline: Option<Instant>) -> bool {
         if cfg!(loom) {
             return false; // the model checker sees the protocol without spinning
         }
         let me = self.me;
         let slot = tk.shared.member(me);
+        // Bit i: the member waits for its turn on `self.sources[i]`.
         let waiting = |tk: &Token<'_>| {
             self.sources
                 .iter()
-                .any(|&s| tk.about_to_watch(s, me) && tk.spinning_pays(s))
+                .take(64)
+                .enumerate()
+                .filter(|&(_, &s)| tk.about_to_watch(s, me) && tk.spinning_pays(s))
+                .fold(0u64, |mask, (i, _)| mask | 1 << i)
         };
-        let changed = |tk: &Token<'_>| {
-            slot.notified.load(SeqCst) != 0
-                || self
-                    .sources
-                    .iter()
-                    .any(|&s| tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s))
-        };
-        if !waiting(tk) {
+        let at_start = waiting(tk);
+        if at_start == 0 {
             return false;
         }
+        let changed =
+            |tk: &Token<'_>| slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start;
         slot.spinning.store(1, SeqCst);
-        let until = Instant::now() + SPIN_FOR_RELEASE;
+        let mut until = Instant::now() + SPIN_FOR_RELEASE;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
         let mut spun = false;
         while !spun && Instant::now() < until {
             std::thread::yield_now();
-            spun = changed(tk) || !waiting(tk);
+            spun = changed(tk);
         }
         slot.spinning.store(0, SeqCst);
         // A bell left unrung while we spun: its cause is in the shared state, read it again.
         spun || changed(tk)
     }
 
-    /// Turns the poller's events into candidates in turn order; returns whether the bell rang.
+    /// Turns the poller's events into ready descriptors queued in turn order, behind those
+    /// queued already; returns whether the bell rang.
     fn collect_candidates(&mut self, tk: &Token<'_>) -> bool {
         let mut rung = false;
         self.candidates.clear();
@@ -579,6 +699,9 @@ impl EmulatedWaiter {
             let Some(reg) = self.registrations.get(&fd) else {
                 continue;
             };
+            if reg.queued {
+                continue; // in the queue already, from an earlier wait
+            }
             if let Some(s) = reg.source {
                 if tk.shared.source(s).leader.load(SeqCst) != self.me {
                     continue; // the token moved on while we slept
@@ -598,34 +721,152 @@ impl EmulatedWaiter {
         let last = self.last_served;
         self.candidates
             .sort_by_key(|c| (c.seq <= last && last != u64::MAX, c.seq));
+        for c in self.candidates.drain(..) {
+            if let Some(reg) = self.registrations.get_mut(&c.fd) {
+                reg.queued = true;
+            }
+            self.pending.push_back(Pending {
+                fd: c.fd,
+                seq: c.seq,
+                event: c.event,
+                found_by: self.polls,
+            });
+        }
         rung
     }
 
-    /// Hands out candidates: one if any registration asked for one event per wait, else as many
-    /// as fit. An exclusive one is handed out only if this member wins its claim.
-    fn hand_out(&mut self, tk: &Token<'_>, events: &mut Events) {
-        let limit = if self.one_event > 0 { 1 } else { events.room() };
-        let me = self.me;
-        for c in self.candidates.drain(..) {
-            if events.len() >= limit {
-                break;
+    /// Hands out queued ready descriptors, in turn: one if any registration asked for one
+    /// event per wait, else as many as fit. One found by an earlier kernel wait is looked at
+    /// again first (one poll(2) for all of them), and dropped if no longer ready. An exclusive
+    /// one is handed out only if this member still leads its source and wins its claim.
+    fn serve_pending(&mut self, tk: &Token<'_>, events: &mut Events, limit: usize) {
+        while events.len() < limit && !self.pending.is_empty() {
+            let window = (limit - events.len()).min(self.pending.len()).min(4096);
+            self.look_again(window);
+            for _ in 0..window {
+                let Some(p) = self.pending.pop_front() else {
+                    break;
+                };
+                self.hand_one(tk, p, events);
             }
-            let Some(reg) = self.registrations.get_mut(&c.fd) else {
-                continue;
-            };
-            if let Some(s) = reg.source {
-                if !tk.claim(s, me) {
+        }
+        #[cfg(not(unix))]
+        {
+            // No cheap second look here: what was not handed out is found again next time.
+            for p in self.pending.drain(..) {
+                if let Some(reg) = self.registrations.get_mut(&p.fd) {
+                    reg.queued = false;
+                }
+            }
+        }
+    }
+
+    /// Looks again, with one poll(2), at the first `window` queued descriptors found by an
+    /// earlier kernel wait: each one's event is updated, or marked stale (found_by = MAX).
+    #[cfg(unix)]
+    fn look_again(&mut self, window: usize) {
+        let polls = self.polls;
+        let mut pollfds = std::mem::take(&mut self.pollfds);
+        pollfds.clear();
+        for p in self.pending.iter().take(window) {
+            if p.found_by != polls {
+                let interest = self.registrations.get(&p.fd).map(|r| r.interest);
+                pollfds.push(libc::pollfd {
+                    fd: p.fd,
+                    events: interest.map_or(0, poll_events),
+                    revents: 0,
+                });
+            }
+        }
+        if !pollfds.is_empty() {
+            // SAFETY: polls a live array of pollfd of the length given, without waiting.
+            let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, 0) };
+            let mut looked = pollfds.iter();
+            for p in self.pending.iter_mut().take(window) {
+                if p.found_by == polls {
                     continue;
                 }
-                self.holding.push((s, reg.key));
-                reg.handed += 1;
-                if tk.rotation_due(reg.handed) {
-                    reg.handed = 0;
-                    self.to_back.push(s);
+                let revents = looked.next().map_or(0, |l| l.revents) as libc::c_int;
+                let ready = n > 0 && revents & !libc::POLLNVAL as libc::c_int != 0;
+                if ready {
+                    p.event.readable = revents
+                        & (libc::POLLIN | libc::POLLPRI | libc::POLLHUP | libc::POLLERR)
+                            as libc::c_int
+                        != 0;
+                    p.event.writable =
+                        revents & (libc::POLLOUT | libc::POLLERR) as libc::c_int != 0;
+                    p.found_by = polls;
+                } else {
+                    p.found_by = u64::MAX;
                 }
             }
-            self.last_served = c.seq;
-            events.push(c.event);
+        }
+        self.pollfds = pollfds;
+    }
+
+    #[cfg(not(unix))]
+    fn look_again(&mut self, _window: usize) {}
+
+    /// Hands out one queued ready descriptor, if it is still registered as it was, still ready
+    /// and (exclusive) still led by this member and claimed by it.
+    fn hand_one(&mut self, tk: &Token<'_>, p: Pending, events: &mut Events) {
+        let me = self.me;
+        let Some(reg) = self.registrations.get_mut(&p.fd) else {
+            return;
+        };
+        if reg.seq != p.seq {
+            return; // the number was registered again since
+        }
+        reg.queued = false;
+        if p.found_by != self.polls {
+            return; // no longer ready
+        }
+        if let Some(s) = reg.source {
+            if tk.shared.source(s).leader.load(SeqCst) != me || !tk.claim(s, me) {
+                return;
+            }
+            self.holding.push((s, reg.key));
+            reg.handed += 1;
+            if tk.rotation_due(reg.handed) {
+                reg.handed = 0;
+                self.to_back.push(s);
+            }
+        }
+        self.last_served = p.seq;
+        events.push(p.event);
+    }
+
+    /// For the exclusive sources whose leader this member checks on: a source ready while
+    /// nobody holds it and its leader claims nothing for `TAKE_BOUND` has a stuck leader
+    /// (stopped, or handed the token while stopped): this member takes the token from it.
+    fn look_for_stuck(&mut self, tk: &Token<'_>) {
+        let me = self.me;
+        for &fd in &self.exclusive_fds {
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
+            let Some(s) = reg.source else { continue };
+            let src = tk.shared.source(s);
+            let leader = src.leader.load(SeqCst);
+            let claimed = src.claimed_at.load(SeqCst);
+            let checking = leader != NONE
+                && leader != me
+                && src.watcher.load(SeqCst) == me
+                && src.holder.load(SeqCst) == NONE;
+            if !checking || !ready_now(fd, reg.interest) {
+                reg.suspect = None;
+                continue;
+            }
+            match reg.suspect {
+                Some((l, c, since))
+                    if l == leader && c == claimed && since.elapsed() >= TAKE_BOUND =>
+                {
+                    reg.suspect = None;
+                    tk.take_from_stuck(s, me, leader);
+                }
+                Some((l, c, _)) if l == leader && c == claimed => {}
+                _ => reg.suspect = Some((leader, claimed, Instant::now())),
+            }
         }
     }
 
@@ -672,7 +913,7 @@ impl EmulatedWaiter {
                 #[cfg(unix)]
                 Some(libc::EPERM) => Error::UnwatchableDescriptor {
                     fd,
-                    reason: "the poller does not watch regular files or directories (EPERM)",
+                    reason: crate::error::eperm_reason(fd),
                 },
                 #[cfg(unix)]
                 Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
@@ -696,8 +937,8 @@ impl EmulatedWaiter {
     }
 }
 
-/// The identity of the open file behind `fd` (non-zero), shared by every process and every
-/// duplicate of it; refuses what no backend can watch.
+/// The identity of the open file behind `fd` and its direction (non-zero), shared by every
+/// process and every duplicate of it; refuses what no backend can watch.
 #[cfg(unix)]
 fn identify(fd: RawSource) -> Result<u64> {
     // SAFETY: stat is plain data; fstat fills it or fails.
@@ -732,12 +973,53 @@ fn identify(fd: RawSource) -> Result<u64> {
             return Ok(id);
         }
     }
+    // The two ends of a pipe (or FIFO) share one device and inode: the access mode tells them
+    // apart, and it is the same in every duplicate and every process.
+    // SAFETY: F_GETFL only reads the descriptor's flags.
+    let mode = match unsafe { libc::fcntl(fd, libc::F_GETFL) } {
+        -1 => 0,
+        flags => (flags & libc::O_ACCMODE) as u64,
+    };
     let mix = |mut x: u64| {
         x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         x ^ (x >> 31)
     };
-    Ok(mix(mix(st.st_dev as u64) ^ st.st_ino as u64).max(1))
+    Ok(mix(mix(mix(st.st_dev as u64) ^ st.st_ino as u64) ^ mode).max(1))
+}
+
+/// poll(2)'s events for an interest.
+#[cfg(unix)]
+fn poll_events(interest: Interest) -> libc::c_short {
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= libc::POLLIN;
+    }
+    if interest.is_writable() {
+        events |= libc::POLLOUT;
+    }
+    if interest.is_priority() {
+        events |= libc::POLLPRI;
+    }
+    events
+}
+
+/// Is `fd` ready for `interest` right now? (One poll(2) that does not wait.)
+#[cfg(unix)]
+fn ready_now(fd: RawSource, interest: Interest) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: poll_events(interest),
+        revents: 0,
+    };
+    // SAFETY: polls one live pollfd without waiting.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n == 1 && pfd.revents & libc::POLLNVAL == 0
+}
+
+#[cfg(not(unix))]
+fn ready_now(_fd: RawSource, _interest: Interest) -> bool {
+    false
 }
 
 /// Anonymous-inode descriptors (eventfd, timerfd, signalfd, epoll, pidfd) all share one inode,
@@ -855,5 +1137,63 @@ impl EmulatedNotifier {
         slot.notified.store(1, SeqCst);
         token(&self.group).wake(self.member);
         Ok(())
+    }
+}
+
+#[cfg(all(test, unix, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::{Backend, Group};
+    use std::os::fd::{AsRawFd, OwnedFd};
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        nix::unistd::pipe().unwrap()
+    }
+
+    /// The state that locked a group with two exclusive sources under a backlog: a member leads
+    /// source A (free, as a leader's source normally is) and is the deputy of source B, and
+    /// the hints say spinning pays. Its spin ends within its bound (the role on A does not
+    /// count as a change for B), and its `wait` returns at its deadline.
+    #[test]
+    fn leading_one_source_and_deputy_of_another() {
+        let group = Group::builder().backend(Backend::Emulated).build().unwrap();
+        let inner = &group.inner;
+        let claim = inner.members().claim(std::process::id()).unwrap();
+        let membership = claim.membership();
+        inner.members().publish(claim).unwrap();
+        let me = membership.member;
+        let other = inner.shared.claim_slot(std::process::id()).unwrap();
+        let mut waiter = EmulatedWaiter::new(inner, membership).unwrap();
+        let (a, _a_w) = pipe();
+        let (b, _b_w) = pipe();
+        let exclusive = Interest::READABLE.exclusive();
+        waiter.add(inner, a.as_raw_fd(), 0, exclusive).unwrap();
+        waiter.add(inner, b.as_raw_fd(), 1, exclusive).unwrap();
+        let (sa, sb) = (waiter.sources[0], waiter.sources[1]);
+        let src = |s| inner.shared.source(s);
+        src(sa).leader.store(me, SeqCst);
+        src(sb).leader.store(other, SeqCst);
+        src(sb).deputy.store(me, SeqCst);
+        for s in [sa, sb] {
+            src(s).ready_on_arm.store(1024, SeqCst);
+            src(s).hold_ns.store(0, SeqCst);
+        }
+        let tk = token(inner);
+        let start = Instant::now();
+        assert!(
+            !waiter.spin_for_release(&tk, None),
+            "leading A counted as a change for B"
+        );
+        assert!(start.elapsed() < Duration::from_secs(1), "the spin overran");
+        let mut events = Events::with_capacity(4);
+        let timeout = Duration::from_millis(100);
+        let start = Instant::now();
+        assert_eq!(waiter.wait(inner, &mut events, Some(timeout)).unwrap(), 0);
+        let took = start.elapsed();
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(1),
+            "wait({timeout:?}) took {took:?}"
+        );
+        waiter.leave(inner);
     }
 }

@@ -35,6 +35,12 @@
 //! (`wake`), and the member stores "not spinning" before it reads the shared state one last time
 //! and sleeps. The deputy and the timings are hints only.
 //!
+//! Members that do not act (slow, stopped with SIGSTOP, starved of CPU) are not waited for: a
+//! hold that lasts `HOLD_BOUND` is ended by whichever member registered on the source looks
+//! first (while a source is active, members that do not watch it sleep at most that long), and
+//! a leader that leaves its ready source unclaimed for `TAKE_BOUND` loses the token to the
+//! member checking on it, and is skipped (`stuck`) until it acts again.
+//!
 //! Liveness: a dead leader or holder is noticed by the member that depends on it, the one that
 //! last passed the token (the *watcher*) or the leader waiting for the holder, but only when
 //! that member is in another process; threads of one process never check. On Linux the
@@ -58,6 +64,17 @@ pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
 /// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.
 pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
+/// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
+/// waited for: the leader expires its hold and watches the source again, at the price of at
+/// most one empty wake-up if the holder had not read its message yet.
+pub(crate) const HOLD_BOUND: Duration = Duration::from_millis(40);
+/// A leader that leaves its ready source unclaimed, with nobody holding it, across two looks
+/// this far apart (it was stopped, or handed the token while stopped) loses the token to the
+/// member checking on it.
+pub(crate) const TAKE_BOUND: Duration = Duration::from_millis(15);
+/// A source claimed within this long is active: its members sleep with a `HOLD_BOUND` timer
+/// (see `Token::hold_left`).
+pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
 /// How often every idle member of a group that spans processes wakes to look for a dead
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
@@ -145,6 +162,10 @@ impl Token<'_> {
     /// Returns whether `me` leads `s` now.
     pub(crate) fn take_if_due(&self, s: usize, me: u32) -> bool {
         let src = self.source(s);
+        if src.stuck.load(SeqCst) == me {
+            // Acting again: `pass` may hand it the token again.
+            let _ = src.stuck.compare_exchange(me, NONE, SeqCst, SeqCst);
+        }
         for _ in 0..8 {
             let leader = src.leader.load(SeqCst);
             if leader == me {
@@ -202,9 +223,10 @@ impl Token<'_> {
             return None;
         }
         let head = start.unwrap_or_else(|| src.line_head.load(SeqCst)) % high;
-        (0..high)
-            .map(|i| (head + i) % high)
-            .find(|&m| m != not && src.has_member(m) && self.shared.member(m).is_idle())
+        let stuck = src.stuck.load(SeqCst);
+        (0..high).map(|i| (head + i) % high).find(|&m| {
+            m != not && m != stuck && src.has_member(m) && self.shared.member(m).is_idle()
+        })
     }
 
     /// Moves the token of `s` away from `from` (leaving, going busy, or dead) to the next idle
@@ -240,6 +262,10 @@ impl Token<'_> {
                     }
                     src.watcher.store(from, SeqCst);
                     if self.needs_watch(s) {
+                        self.wake(next);
+                    } else if src.quiet_claim.swap(0, SeqCst) != 0 {
+                        // The first hold after a quiet spell: the new leader may sleep with no
+                        // timer, and must learn of the hold in case it overruns.
                         self.wake(next);
                     } else if self.spinning_pays(s) {
                         // Rung while the holder still handles the event: the new leader wakes
@@ -288,12 +314,19 @@ impl Token<'_> {
     /// `me`, the leader, saw `s` ready: claims its event. False if another member holds it.
     pub(crate) fn claim(&self, s: usize, me: u32) -> bool {
         let src = self.source(s);
+        // The claim's time is stored before the claim itself: a member that sees the new
+        // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
+        // claim that loses only makes the current hold look younger.
+        let now = monotonic_ns();
+        let before = src.claimed_at.swap(now, SeqCst);
         let won = src
             .holder
             .compare_exchange(NONE, me, SeqCst, SeqCst)
             .is_ok();
-        if won {
-            src.claimed_at.store(monotonic_ns(), SeqCst);
+        if won && now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
+            // The first claim after a quiet spell: members asleep since then have no timer,
+            // so `pass` rings the next leader (see `hold_left`).
+            src.quiet_claim.store(1, SeqCst);
         }
         won
     }
@@ -348,6 +381,13 @@ impl Token<'_> {
         {
             return;
         }
+        self.ring_after_release(s, me);
+    }
+
+    /// After `me` ended a hold of `s`: rings the leader, which may watch the source again, and
+    /// the deputy after it.
+    fn ring_after_release(&self, s: usize, me: u32) {
+        let src = self.source(s);
         let leader = src.leader.load(SeqCst);
         if leader != NONE && leader != me {
             self.wake(leader);
@@ -356,6 +396,68 @@ impl Token<'_> {
         if deputy != NONE && deputy != leader && deputy != me {
             self.wake(deputy);
         }
+    }
+
+    /// How long `me`, idle and registered on `s`, may sleep before it must look at the hold of
+    /// `s` again (zero: a hold is overdue now). Someone must be awake to end an overdue hold,
+    /// and a member is made leader while a hold lasts without being rung (`pass`); so while
+    /// the source is active (a claim within `ACTIVE_WINDOW`), every member that does not
+    /// watch it sleeps at most `HOLD_BOUND`. A quiet source costs no timer: the first claim
+    /// after a quiet spell rings the new leader instead (see `claim` and `pass`).
+    pub(crate) fn hold_left(&self, s: usize, me: u32) -> Option<Duration> {
+        let src = self.source(s);
+        let holder = src.holder.load(SeqCst);
+        let leader = src.leader.load(SeqCst);
+        let since_claim =
+            Duration::from_nanos(monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst)));
+        if holder != NONE && holder != me {
+            Some(HOLD_BOUND.saturating_sub(since_claim))
+        } else if holder == NONE && leader != me && leader != NONE && since_claim < ACTIVE_WINDOW {
+            Some(HOLD_BOUND)
+        } else {
+            None
+        }
+    }
+
+    /// `holder` has kept the last event of `s` past `HOLD_BOUND`: `me` (any idle member
+    /// registered on it) ends the hold, as if released, so that the leader watches the source
+    /// again; the late holder's own `release` then finds nothing to release. Returns whether
+    /// it ended the hold.
+    pub(crate) fn expire_hold(&self, s: usize, me: u32, holder: u32) -> bool {
+        let src = self.source(s);
+        if holder == NONE || holder == me {
+            return false;
+        }
+        let expired = src
+            .holder
+            .compare_exchange(holder, NONE, SeqCst, SeqCst)
+            .is_ok();
+        if expired {
+            self.ring_after_release(s, me);
+        }
+        expired
+    }
+
+    /// `me` checks on `stuck`, which leads `s` but left it ready and unclaimed for
+    /// `TAKE_BOUND`: `me` takes the token (it is idle, in `wait`), and `pass` skips `stuck`
+    /// until it acts again. The stuck member, when it runs again, finds it no longer leads and
+    /// stops watching (one empty wake-up at most). Returns whether `me` took it.
+    pub(crate) fn take_from_stuck(&self, s: usize, me: u32, stuck: u32) -> bool {
+        let src = self.source(s);
+        if stuck == me || stuck == NONE || src.holder.load(SeqCst) != NONE {
+            return false;
+        }
+        if src
+            .leader
+            .compare_exchange(stuck, me, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        src.stuck.store(stuck, SeqCst);
+        self.wake(stuck);
+        self.appoint_watcher(s, me);
+        true
     }
 
     /// Whom `me` depends on for source `s` and must check on: the leader if `me` passed it the
@@ -485,16 +587,24 @@ mod model {
         live: Liveness,
     }
 
+    /// Source identities that land on slots 0 and 1.
+    const IDS: [u64; 2] = [2, 3];
+
     impl World {
         fn new(members: u32) -> Arc<World> {
+            World::with_sources(members, 1)
+        }
+        /// A group of `members` members registered on `sources` sources (0, then 1).
+        fn with_sources(members: u32, sources: usize) -> Arc<World> {
             let shared = SharedState::new(4).unwrap();
             for _ in 0..members {
                 shared.claim_slot(1).unwrap();
             }
-            let s = shared.source_index(1).unwrap();
-            assert_eq!(s, 0);
-            for m in 0..members {
-                shared.source(0).set_member(m, true);
+            for (want, &id) in IDS.iter().enumerate().take(sources) {
+                assert_eq!(shared.source_index(id).unwrap(), want);
+                for m in 0..members {
+                    shared.source(want).set_member(m, true);
+                }
             }
             Arc::new(World {
                 shared,
@@ -531,6 +641,126 @@ mod model {
             w.shared.source(0).holder.store(holder, SeqCst);
             w
         }
+    }
+
+    /// Runs a model with a bound on preemptions, to keep three members on two sources within
+    /// minutes (the bugs found so far need two).
+    fn bounded(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    /// Two sources and three members: member 0 leads both and goes busy, passing both tokens,
+    /// while members 1 and 2 come back to wait. Each source ends led by an idle member that
+    /// knows it (it took the token, or its bell rang): a member's role on one source never
+    /// stands in for its role on the other.
+    #[test]
+    fn two_sources_passed_while_two_members_go_idle() {
+        bounded(|| {
+            let w = World::with_sources(3, 2);
+            w.set_state(0, state::IDLE);
+            for s in 0..2 {
+                w.shared.source(s).leader.store(0, SeqCst);
+            }
+            let busy = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.set_state(0, state::BUSY);
+                    for s in 0..2 {
+                        w.token().pass(s, 0, true);
+                    }
+                })
+            };
+            let idle: Vec<_> = [1u32, 2]
+                .into_iter()
+                .map(|m| {
+                    let w = w.clone();
+                    thread::spawn(move || {
+                        w.set_state(m, state::IDLE);
+                        [0, 1].map(|s| w.token().take_if_due(s, m))
+                    })
+                })
+                .collect();
+            let took: Vec<[bool; 2]> = idle.into_iter().map(|h| h.join().unwrap()).collect();
+            busy.join().unwrap();
+            for s in 0..2 {
+                let leader = w.shared.source(s).leader.load(SeqCst);
+                assert!(leader == 1 || leader == 2, "source {s} led by {leader}");
+                let knows = took[leader as usize - 1][s] || w.bells.is_rung(leader);
+                assert!(knows, "source {s}: its leader {leader} was never told");
+            }
+        });
+    }
+
+    /// Two sources held by two members, one leader for both: the holder of source 0 releases
+    /// it while the third member ends the same hold as overdue, and the holder of source 1
+    /// releases it meanwhile. Both sources end free, and their leader was rung for each.
+    #[test]
+    fn an_overdue_hold_ended_while_it_is_released() {
+        bounded(|| {
+            let w = World::with_sources(3, 2);
+            let (leader, h0, h1) = (2, 0, 1);
+            w.set_state(leader, state::IDLE);
+            for (s, h) in [(0, h0), (1, h1)] {
+                w.shared.source(s).leader.store(leader, SeqCst);
+                w.shared.source(s).holder.store(h, SeqCst);
+            }
+            let late = spawn_release(&w, h0);
+            let other = {
+                let w = w.clone();
+                thread::spawn(move || w.token().release(1, h1))
+            };
+            let ended = w.token().expire_hold(0, h1, h0);
+            late.join().unwrap();
+            other.join().unwrap();
+            for s in 0..2 {
+                assert!(w.token().needs_watch(s), "source {s} still held");
+            }
+            assert!(w.bells.is_rung(leader), "the leader never learned");
+            let _ = ended;
+        });
+    }
+
+    /// A leader thought stuck runs again and claims its ready source while the member checking
+    /// on it takes the token from it. At most one of them holds the event; the token ends with
+    /// one of them; and if the checker took it from a leader that claimed nothing, the checker
+    /// watches (the source is free) and the old leader is skipped from then on.
+    #[test]
+    fn a_stuck_leader_resumes_while_its_token_is_taken() {
+        bounded(|| {
+            let w = World::with_sources(3, 2);
+            let (stuck, checker) = (0, 1);
+            for m in 0..3 {
+                w.set_state(m, state::IDLE);
+            }
+            w.shared.source(0).leader.store(stuck, SeqCst);
+            // Source 1 is led by the checker meanwhile and untouched: the take-over of
+            // source 0 must not move it.
+            w.shared.source(1).leader.store(checker, SeqCst);
+            let resumed = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    // `hand_one`: claims only while it still leads.
+                    w.leader() == stuck && w.token().claim(0, stuck)
+                })
+            };
+            let took = w.token().take_from_stuck(0, checker, stuck);
+            let claimed = resumed.join().unwrap();
+            let src = w.shared.source(0);
+            assert_eq!(w.shared.source(1).leader.load(SeqCst), checker);
+            if took {
+                assert_eq!(w.leader(), checker);
+                assert_eq!(src.stuck.load(SeqCst), stuck);
+            } else {
+                assert_eq!(w.leader(), stuck);
+            }
+            if !claimed {
+                assert!(w.token().needs_watch(0));
+            } else {
+                assert_eq!(src.holder.load(SeqCst), stuck);
+            }
+        });
     }
 
     /// `holder` releases source 0 of `w` on another thread.

@@ -453,11 +453,12 @@ impl NativeWaiter {
 
 /// `Rotation::Adaptive`: exclusive events closer together than this on average are a stream,
 /// in which a member keeps its turn for up to `ADAPTIVE_BATCH` events: a producer writing as
-/// fast as it can (2 to 5 µs apart at 500 waiters here), where each hand-off would wake a cold
+/// fast as it can (2 to 3 µs apart at 500 waiters here), where each hand-off would wake a cold
 /// thread for one message. Below a request-reply round trip over loopback (a client that
 /// connects, waits for the answer and connects again: tens of µs), so such a client gets
-/// strict turns, as do the turn-taking tests (1 ms apart, or back to back through a channel).
-const STREAM_GAP: Duration = Duration::from_micros(10);
+/// strict turns, as do the turn-taking tests 1 ms apart; messages written back to back through
+/// a channel (5 to 10 µs apart) are at the edge (see `docs/internals.md`).
+const STREAM_GAP: Duration = Duration::from_micros(5);
 
 /// Monotonic nanoseconds, comparable across the processes of a group.
 fn monotonic_ns() -> u64 {

@@ -39,7 +39,7 @@ pub enum Backend {
 /// row, before it goes to the back. The backend measures, never guesses: both ask the
 /// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
 /// Windows uses the backlog average it keeps for its spinning decision instead). The native
-/// backend also counts a *stream* as a backlog: events closer than 10 µs apart on average
+/// backend also counts a *stream* as a backlog: events closer than 5 µs apart on average
 /// across the group (a producer at full speed), where handing each to another thread would
 /// wake a cold thread per event. With nobody to hand to (no other member inside `wait`), no
 /// backend rotates at all. See `docs/internals.md`, "Rotation".

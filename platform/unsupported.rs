@@ -22,7 +22,10 @@ pub(crate) enum NativeWaiter {}
 pub(crate) enum NativeNotifier {}
 
 impl NativeWaiter {
-    pub(crate) fn new(_rotate_every: u32) -> Result<NativeWaiter> {
+    pub(crate) fn new(
+        _shared: std::sync::Arc<crate::shared::SharedState>,
+        _rotation: crate::contract::Rotation,
+    ) -> Result<NativeWaiter> {
         Err(crate::Error::BackendUnavailable {
             backend: crate::Backend::Native,
             reason: probe().unwrap_err(),

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::contract::{Backend, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
+use crate::contract::{Backend, Rotation, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
 use crate::emulated::EmulatedGroup;
 use crate::error::{Error, Result};
 use crate::inner::GroupInner;
@@ -18,19 +18,20 @@ use crate::waiter::Waiter;
 /// Builds a [`Group`]. See [`Group::builder`].
 ///
 /// ```
-/// use herdless::{Backend, Group};
+/// use herdless::{Backend, Group, Rotation};
 /// let group = Group::builder()
 ///     .backend(Backend::Auto) // Native on Linux, Emulated elsewhere
-///     .rotate_every(1)        // strict turns (the default); 0: the kernel's first-come order
+///     .rotate_every(1)        // strict turns at any cost; 0: the kernel's first-come order
 ///     .max_members(500)       // the workers that will join (default 64, at most 4096)
 ///     .build()?;
 /// assert_eq!((group.rotate_every(), group.max_members()), (1, 500));
+/// assert_eq!(group.rotation(), Rotation::Every(1));
 /// # Ok::<(), herdless::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct GroupBuilder {
     backend: Backend,
-    rotate_every: u32,
+    rotation: Rotation,
     max_members: usize,
 }
 
@@ -42,11 +43,19 @@ impl GroupBuilder {
     }
 
     /// After a member has been handed `n` events of an exclusive descriptor, it goes to the back
-    /// of the line. `0` never rotates (the kernel's raw behaviour: the first idle waiter in
-    /// registration order takes everything); the default `1` is strict turn-taking. Example: see
-    /// [`GroupBuilder`].
+    /// of the line, whatever the load: `1` is strict turn-taking at any cost, `0` never rotates
+    /// (the kernel's raw behaviour: the first idle waiter in registration order takes
+    /// everything). The same as `.rotation(Rotation::Every(n))`; left unset, the group uses
+    /// [`Rotation::Adaptive`]. Example: see [`GroupBuilder`].
     pub fn rotate_every(mut self, n: u32) -> Self {
-        self.rotate_every = n;
+        self.rotation = Rotation::Every(n);
+        self
+    }
+
+    /// When members go to the back of the line (default [`Rotation::Adaptive`]). Example: see
+    /// [`Rotation`].
+    pub fn rotation(mut self, rotation: Rotation) -> Self {
+        self.rotation = rotation;
         self
     }
 
@@ -102,8 +111,8 @@ impl GroupBuilder {
         Ok(Group {
             inner: Arc::new(GroupInner {
                 backend,
-                rotate_every: self.rotate_every,
-                shared,
+                rotation: self.rotation,
+                shared: Arc::new(shared),
                 live,
                 emulation,
             }),
@@ -136,7 +145,7 @@ impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Group")
             .field("backend", &self.inner.backend)
-            .field("rotate_every", &self.inner.rotate_every)
+            .field("rotation", &self.inner.rotation)
             .field("max_members", &self.inner.shared.capacity())
             .finish()
     }
@@ -165,12 +174,12 @@ pub struct MemberStats {
 }
 
 impl Group {
-    /// Starts building a group: `Backend::Auto`, `rotate_every(1)`, 64 members. Example: see
-    /// [`GroupBuilder`].
+    /// Starts building a group: `Backend::Auto`, [`Rotation::Adaptive`], 64 members. Example:
+    /// see [`GroupBuilder`].
     pub fn builder() -> GroupBuilder {
         GroupBuilder {
             backend: Backend::Auto,
-            rotate_every: 1,
+            rotation: Rotation::Adaptive,
             max_members: DEFAULT_MAX_MEMBERS,
         }
     }
@@ -180,9 +189,20 @@ impl Group {
         self.inner.backend
     }
 
-    /// The rotation setting the group was built with. Example: see [`Group`].
+    /// The rotation setting as a number of events: `n` for [`Rotation::Every`]`(n)`, and `1`
+    /// for [`Rotation::Adaptive`], whose turns are one event each whenever events come one at a
+    /// time (its batches under a backlog are not a fixed number; [`Group::rotation`] tells the
+    /// two apart). Example: see [`Group`].
     pub fn rotate_every(&self) -> u32 {
-        self.inner.rotate_every
+        match self.inner.rotation {
+            Rotation::Every(n) => n,
+            Rotation::Adaptive => 1,
+        }
+    }
+
+    /// The rotation rule the group was built with. Example: see [`Rotation`].
+    pub fn rotation(&self) -> Rotation {
+        self.inner.rotation
     }
 
     /// How many members may join. Example: see [`Group`].

@@ -1,10 +1,12 @@
 //! What a [`Group`](crate::Group) and its [`Waiter`](crate::Waiter)s share: the backend chosen,
-//! the turn setting, the shared memory with its member table, the liveness marks, and for the
+//! the rotation, the shared memory with its member table, the liveness marks, and for the
 //! emulation its door bells. Below both handles, so that neither imports the other to reach it
 //! (`group.rs` builds it and hands it to `waiter.rs`); above the backends, which get from it
 //! only what they need (the emulation: the protocol's view, [`GroupInner::protocol`]).
 
-use crate::contract::Backend;
+use std::sync::Arc;
+
+use crate::contract::{Backend, Rotation};
 use crate::emulated::{EmulatedGroup, Protocol};
 use crate::members::Members;
 use crate::shared::SharedState;
@@ -12,8 +14,9 @@ use crate::shared::SharedState;
 /// What all members of a group share.
 pub(crate) struct GroupInner {
     pub(crate) backend: Backend,
-    pub(crate) rotate_every: u32,
-    pub(crate) shared: SharedState,
+    pub(crate) rotation: Rotation,
+    /// Shared with the native waiters, which keep it for their rotation hints.
+    pub(crate) shared: Arc<SharedState>,
     /// Each member's liveness mark, so that a dead member's slot is found and reused.
     pub(crate) live: crate::liveness::Liveness,
     /// The emulation's door bells (only for `Backend::Emulated`).
@@ -27,7 +30,7 @@ impl GroupInner {
         self.emulation
             .as_ref()
             .expect("an emulated waiter belongs to an emulated group")
-            .protocol(&self.shared, &self.live, self.rotate_every)
+            .protocol(&self.shared, &self.live, self.rotation)
     }
 
     /// The member table: every change of a member slot's state goes through it.

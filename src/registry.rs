@@ -56,6 +56,11 @@ impl<R: Registered> Registry<R> {
         self.entries.get_mut(fd)
     }
 
+    /// Every record, to change their bookkeeping (not their interests).
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&RawSource, &mut R)> {
+        self.entries.iter_mut()
+    }
+
     /// The record of `fd`, or `NotRegistered`.
     pub(crate) fn registered(&self, fd: RawSource) -> Result<&R> {
         self.entries.get(&fd).ok_or(Error::NotRegistered { fd })
@@ -94,6 +99,38 @@ pub(crate) fn replace<W: ?Sized>(
         return Err(e);
     }
     Ok(())
+}
+
+/// poll(2)'s events for an interest.
+#[cfg(unix)]
+pub(crate) fn poll_events(interest: Interest) -> libc::c_short {
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= libc::POLLIN;
+    }
+    if interest.is_writable() {
+        events |= libc::POLLOUT;
+    }
+    if interest.is_priority() {
+        events |= libc::POLLPRI;
+    }
+    events
+}
+
+/// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? What both backends ask
+/// once an event is consumed, to tell a backlog from a single event (`Rotation::Adaptive`).
+#[cfg(unix)]
+pub(crate) fn still_ready(fd: RawSource, interest: Interest) -> bool {
+    let events = poll_events(interest);
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    // Hang-ups and errors are not a backlog: the turn ends (and the others see them too).
+    n == 1 && pfd.revents & events != 0
 }
 
 /// Names the kernel's refusal of a descriptor (`epoll_ctl`, or `polling`'s poller underneath):

@@ -92,7 +92,7 @@ impl Waiter {
         let engine = match group.backend {
             Backend::Emulated => EmulatedWaiter::new(&group.protocol(), membership)
                 .map(|e| Engine::Emulated(Box::new(e))),
-            _ => NativeWaiter::new(group.rotate_every).map(Engine::Native),
+            _ => NativeWaiter::new(group.shared.clone(), group.rotation).map(Engine::Native),
         };
         let engine = match engine {
             Ok(engine) => engine,

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use polling::{PollMode, Poller};
 
+use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::liveness::Liveness;
@@ -78,13 +79,13 @@ impl EmulatedGroup {
         &'a self,
         shared: &'a SharedState,
         live: &'a Liveness,
-        rotate_every: u32,
+        rotation: Rotation,
     ) -> Protocol<'a> {
         Protocol {
             shared,
             bells: &self.bells,
             live,
-            rotate_every,
+            rotation,
         }
     }
 
@@ -311,13 +312,43 @@ impl EmulatedWaiter {
     pub(crate) fn consumed(&mut self, group: &Protocol<'_>, key: usize) -> Result<()> {
         let tk = group;
         let me = self.me;
-        self.holding.retain(|&(s, k)| {
+        let mut i = 0;
+        while i < self.holding.len() {
+            let (s, k) = self.holding[i];
             if k == key {
+                self.holding.swap_remove(i);
                 tk.release(s, me);
+                self.end_turn(tk, s);
+            } else {
+                i += 1;
             }
-            k != key
-        });
+        }
         Ok(())
+    }
+
+    /// `Rotation::Adaptive`: this member consumed an event of source `s`; if its turn ends
+    /// (`Protocol::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
+    /// goes to the back of the line.
+    fn end_turn(&mut self, tk: &Protocol<'_>, s: usize) {
+        if tk.rotation != Rotation::Adaptive {
+            return;
+        }
+        let Some((&fd, reg)) = self
+            .registrations
+            .iter_mut()
+            .find(|(_, r)| r.source == Some(s))
+        else {
+            return;
+        };
+        if !tk.anyone_else_idle(s, self.me) {
+            reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
+            return;
+        }
+        let ready = still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
+        if tk.adaptive_turn_ends(reg.handed, ready) {
+            reg.handed = 0;
+            tk.to_back(s, self.me);
+        }
     }
 
     fn release_source(&mut self, tk: &Protocol<'_>, source: usize) {
@@ -421,6 +452,7 @@ impl EmulatedWaiter {
         // Coming back to wait: what was handed out last time has been consumed.
         while let Some((s, _)) = self.holding.pop() {
             tk.release(s, me);
+            self.end_turn(tk, s);
         }
         // Through the member table, against this occupancy: a slot being reaped stays reaped.
         if !group.members().go_idle(&self.membership) {
@@ -756,7 +788,7 @@ impl EmulatedWaiter {
                 let interest = self.registrations.get(&p.fd).map(|r| r.interest);
                 pollfds.push(libc::pollfd {
                     fd: p.fd,
-                    events: interest.map_or(0, poll_events),
+                    events: interest.map_or(0, registry::poll_events),
                     revents: 0,
                 });
             }
@@ -908,28 +940,12 @@ impl EmulatedWaiter {
     }
 }
 
-/// poll(2)'s events for an interest.
-#[cfg(unix)]
-fn poll_events(interest: Interest) -> libc::c_short {
-    let mut events = 0;
-    if interest.is_readable() {
-        events |= libc::POLLIN;
-    }
-    if interest.is_writable() {
-        events |= libc::POLLOUT;
-    }
-    if interest.is_priority() {
-        events |= libc::POLLPRI;
-    }
-    events
-}
-
 /// Is `fd` ready for `interest` right now? (One poll(2) that does not wait.)
 #[cfg(unix)]
 fn ready_now(fd: RawSource, interest: Interest) -> bool {
     let mut pfd = libc::pollfd {
         fd,
-        events: poll_events(interest),
+        events: registry::poll_events(interest),
         revents: 0,
     };
     // SAFETY: polls one live pollfd without waiting.
@@ -940,6 +956,18 @@ fn ready_now(fd: RawSource, interest: Interest) -> bool {
 #[cfg(not(unix))]
 fn ready_now(_fd: RawSource, _interest: Interest) -> bool {
     false
+}
+
+/// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? `None` where the
+/// emulation cannot ask (Windows): the caller falls back on the backlog average.
+#[cfg(unix)]
+fn still_ready(fd: RawSource, interest: Interest) -> Option<bool> {
+    Some(registry::still_ready(fd, interest))
+}
+
+#[cfg(not(unix))]
+fn still_ready(_fd: RawSource, _interest: Interest) -> Option<bool> {
+    None
 }
 
 /// Clears out member `m` of an emulated group, found dead in word `seen`.

@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::contract::{Rotation, ADAPTIVE_BATCH};
+use crate::contract::Rotation;
 use crate::error::{Error, Result};
 use crate::interest::{Event, Events, Interest};
 use crate::registry::{self, Registry};
@@ -347,13 +347,10 @@ impl NativeWaiter {
             reg.handed = 0; // a new turn, with nothing moved
             return Ok(true);
         }
-        let due = match self.rotation {
-            Rotation::Every(0) => false,
-            Rotation::Every(n) => reg.handed >= n,
-            Rotation::Adaptive => {
-                reg.handed >= ADAPTIVE_BATCH || !(stream || registry::still_ready(fd, reg.interest))
-            }
-        };
+        let due = self.rotation.due_by_count(reg.handed)
+            || (self.rotation).adaptive_ends(reg.handed, || {
+                stream || registry::still_ready(fd, reg.interest)
+            });
         if !due {
             return Ok(true);
         }

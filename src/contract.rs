@@ -55,6 +55,21 @@ pub enum Rotation {
     Every(u32),
 }
 
+impl Rotation {
+    /// `Every(n)`: is a member's turn over after it was handed `handed` events in a row? (Both
+    /// backends decide it as the event is handed out; never for `Every(0)` or `Adaptive`.)
+    pub(crate) fn due_by_count(self, handed: u32) -> bool {
+        matches!(self, Rotation::Every(n) if n > 0 && handed >= n)
+    }
+
+    /// `Adaptive`, *turns by the event, batches under a backlog*: is the turn over once the
+    /// member consumed its `handed`-th event in a row? Yes after `ADAPTIVE_BATCH`, else unless
+    /// the descriptor has a `backlog` (asked only then). Never for `Every(_)`.
+    pub(crate) fn adaptive_ends(self, handed: u32, backlog: impl FnOnce() -> bool) -> bool {
+        self == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !backlog())
+    }
+}
+
 /// The most events a member takes in a row under [`Rotation::Adaptive`] while the descriptor
 /// has a backlog: over a run of a few thousand events per member it keeps Jain's fairness
 /// index above 0.99 (see `docs/lab.md`), and it saves a rotation on 15 of every 16 events.

@@ -53,7 +53,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::doorbell::Doorbells;
-use crate::contract::{Rotation, ADAPTIVE_BATCH};
+use crate::contract::Rotation;
 use crate::liveness::Liveness;
 use crate::members::{Life, Members};
 use crate::shared::{SharedState, SourceSlot, NONE};
@@ -341,7 +341,7 @@ impl Protocol<'_> {
     /// `Every(n)`: after `n`. (`Adaptive` decides when the event has been consumed: see
     /// `adaptive_turn_ends`.)
     pub(crate) fn rotation_due(&self, handed: u32) -> bool {
-        matches!(self.rotation, Rotation::Every(n) if n > 0 && handed >= n)
+        self.rotation.due_by_count(handed)
     }
 
     /// `Adaptive`, the rule *turns by the event, batches under a backlog*: a member that has
@@ -349,7 +349,7 @@ impl Protocol<'_> {
     /// unless the source is `still_ready` (a backlog), and after `ADAPTIVE_BATCH` in a row
     /// whatever the backlog.
     pub(crate) fn adaptive_turn_ends(&self, handed: u32, still_ready: bool) -> bool {
-        self.rotation == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !still_ready)
+        self.rotation.adaptive_ends(handed, || still_ready)
     }
 
     /// Is a member other than `me` registered on `s` and idle (someone to hand a turn to)?

@@ -253,9 +253,10 @@ fn the_readme_quick_start_is_the_example_and_it_runs() {
     println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the quick start runs");
     // Strict turns give [10, 10, 10, 10] when every worker is back in `wait` before the next
-    // client connects; a worker still busy is skipped, not waited for (on a loaded machine a
-    // thread may not have reached `wait` yet), so the counts assert only that all were served
-    // and that every worker took turns.
+    // client connects. A worker still busy, or not yet scheduled, is skipped, not waited for:
+    // on a loaded machine two of the four threads may not reach `wait` before the 40 quick
+    // connections are over. So this asserts that the quick start serves every connection;
+    // the turns themselves are asserted by tests/rotation.rs and tests/processes.rs.
     let threads: Vec<u64> = stdout
         .lines()
         .find_map(|l| l.strip_prefix("threads served "))
@@ -268,10 +269,6 @@ fn the_readme_quick_start_is_the_example_and_it_runs() {
         .unwrap_or_default();
     assert_eq!(threads.len(), 4, "{stdout}");
     assert_eq!(threads.iter().sum::<u64>(), 40, "{stdout}");
-    assert!(
-        threads.iter().all(|&n| n > 0),
-        "every worker took turns: {stdout}"
-    );
     let served: u64 = stdout
         .lines()
         .filter_map(|l| l.split("served Ok(").nth(1))

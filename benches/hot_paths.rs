@@ -3,12 +3,17 @@
 //!
 //! - `wait_read_consumed`: one waiter, `rotate_every(0)`: write a message, `wait` (ready at
 //!   once), read it, `consumed`. The cost herdless adds to one event, without a context switch.
-//! - `rotation`: the same with `rotate_every(1)`, so each `consumed` rotates (native: epoll
-//!   DEL + ADD; emulated: the token's release and pass). Its difference from the first is the
-//!   price of fairness per event.
-//! - `hand_off`: two waiter threads share one exclusive round-robin pipe; the bench writes a
-//!   message and waits for the ack. Every message wakes the other thread: the full wake-up,
-//!   hand-off and rotation path.
+//! - `rotation`: the same with `rotate_every(1)`. With one waiter there is nobody to hand a
+//!   turn to, so no rotation happens (native: no epoll DEL + ADD; emulated: the token's release
+//!   and a pass that finds nobody): its difference from the first is what strict turns cost
+//!   a lone waiter.
+//! - `adaptive`: the same under the default, `Rotation::Adaptive`.
+//! - `hand_off`: two waiter threads share one exclusive round-robin pipe, `rotate_every(1)`;
+//!   the bench writes a message and waits for the ack. Every message wakes the other thread:
+//!   the full wake-up, hand-off and rotation path.
+//! - `hand_off_adaptive`: the same under `Rotation::Adaptive`. Natively, messages back to back
+//!   can be closer than its stream gap, so a member may keep its turn for a batch; the emulation
+//!   sees no backlog (each message is read before the next is written) and keeps strict turns.
 //!
 //! Runs are short by default (300 ms per benchmark); `cargo bench --bench hot_paths --
 //! --max-time 5` measures longer. The benchmarks use pipes, so they exist on Unix only.
@@ -28,7 +33,7 @@ mod unix {
     use std::time::Duration;
 
     use divan::Bencher;
-    use herdless::{Backend, Events, Group, Interest, Waiter};
+    use herdless::{Backend, Events, Group, Interest, Rotation, Waiter};
 
     /// Every backend this system has.
     fn backends() -> Vec<Backend> {
@@ -44,19 +49,24 @@ mod unix {
 
     #[divan::bench(args = backends())]
     fn wait_read_consumed(bencher: Bencher, backend: Backend) {
-        one_waiter(bencher, backend, 0);
+        one_waiter(bencher, backend, Rotation::Every(0));
     }
 
     #[divan::bench(args = backends())]
     fn rotation(bencher: Bencher, backend: Backend) {
-        one_waiter(bencher, backend, 1);
+        one_waiter(bencher, backend, Rotation::Every(1));
+    }
+
+    #[divan::bench(args = backends())]
+    fn adaptive(bencher: Bencher, backend: Backend) {
+        one_waiter(bencher, backend, Rotation::Adaptive);
     }
 
     /// One waiter in the bench thread: write, wait, read, consumed.
-    fn one_waiter(bencher: Bencher, backend: Backend, rotate_every: u32) {
+    fn one_waiter(bencher: Bencher, backend: Backend, rotation: Rotation) {
         let group = Group::builder()
             .backend(backend)
-            .rotate_every(rotate_every)
+            .rotation(rotation)
             .build()
             .expect("group");
         let (rx, tx) = pipe(true);
@@ -75,9 +85,19 @@ mod unix {
 
     #[divan::bench(args = backends())]
     fn hand_off(bencher: Bencher, backend: Backend) {
+        two_waiters(bencher, backend, Rotation::Every(1));
+    }
+
+    #[divan::bench(args = backends())]
+    fn hand_off_adaptive(bencher: Bencher, backend: Backend) {
+        two_waiters(bencher, backend, Rotation::Adaptive);
+    }
+
+    /// Two waiter threads; the bench thread writes a message and waits for the ack.
+    fn two_waiters(bencher: Bencher, backend: Backend, rotation: Rotation) {
         let group = Group::builder()
             .backend(backend)
-            .rotate_every(1)
+            .rotation(rotation)
             .max_members(2)
             .build()
             .expect("group");

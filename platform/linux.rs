@@ -9,6 +9,14 @@
 //! readiness ([`NativeWaiter::consumed`], or the next `wait`), never before: a re-added entry
 //! that still sees the unread message would wake a second waiter for it.
 //!
+//! When a turn ends ([`Rotation`]): with `Every(n)`, after `n` events; with `Adaptive`, after
+//! one event unless the descriptor is still ready (a zero-timeout `poll` of it: a backlog) or
+//! the group's events come in a stream, then after at most `ADAPTIVE_BATCH` events in a row.
+//! Under `Adaptive`, with no other member of the group inside its wait (the `native_waiting`
+//! count in the shared header) when the member comes back to its own wait, there is nobody to
+//! hand the turn to and the entry stays where it is: no delete and re-add. Under `Every(n)`
+//! only a lone member skips it.
+//!
 //! The kernel refuses `EPOLL_CTL_MOD` of an exclusive entry and several flags with it
 //! (ONESHOT, RDHUP, PRI): `modify` of an exclusive registration is delete plus add, and the
 //! refused flags are never sent. Everything is level-triggered, so no event is lost in the gap
@@ -23,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::group::{GroupInner, Rotation, ADAPTIVE_BATCH};
 use crate::interest::{Event, Events, Interest};
 use crate::shared::MemberSlot;
 
@@ -133,10 +142,13 @@ pub(crate) struct NativeWaiter {
     epoll: OwnedFd,
     /// The eventfd a [`NativeNotifier`] writes to; registered under `WAKE_DATA`.
     wake: Arc<OwnedFd>,
-    rotate_every: u32,
+    rotation: Rotation,
+    /// The group, for the count of members inside their wait (see `nobody_to_hand_to`).
+    group: Arc<GroupInner>,
     /// Registered descriptors by number. Invariant: exactly these are in `epoll`.
     registrations: HashMap<RawFd, Registration>,
-    /// Exclusive descriptors whose entry goes to the tail once the caller consumed the event.
+    /// Exclusive descriptors whose turn may end once the caller consumed the event (see
+    /// `end_turn`).
     rotate_pending: Vec<RawFd>,
     /// How many registrations asked for one event per wait.
     one_event: usize,
@@ -144,7 +156,7 @@ pub(crate) struct NativeWaiter {
 }
 
 impl NativeWaiter {
-    pub(crate) fn new(rotate_every: u32) -> Result<NativeWaiter> {
+    pub(crate) fn new(group: &Arc<GroupInner>) -> Result<NativeWaiter> {
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
         let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
             .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
@@ -161,7 +173,8 @@ impl NativeWaiter {
         Ok(NativeWaiter {
             epoll,
             wake,
-            rotate_every,
+            rotation: group.rotation,
+            group: group.clone(),
             registrations: HashMap::new(),
             rotate_pending: Vec::new(),
             one_event: 0,
@@ -269,15 +282,90 @@ impl NativeWaiter {
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
         // Usually one pending descriptor: no allocation on this hot path.
-        while let Some(i) = self
-            .rotate_pending
-            .iter()
-            .position(|fd| self.registrations.get(fd).is_some_and(|r| r.key == key))
-        {
-            let fd = self.rotate_pending.swap_remove(i);
-            self.rotate(fd)?;
+        let mut i = 0;
+        while i < self.rotate_pending.len() {
+            let fd = self.rotate_pending[i];
+            let ours = self.registrations.get(&fd).is_some_and(|r| r.key == key);
+            if ours && self.end_turn(fd, false)? {
+                self.rotate_pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
         }
         Ok(())
+    }
+
+    /// Is no other member of the group inside its wait? Then a rotation would hand the turn to
+    /// nobody: the entry stays at the head. (This member is outside its wait when it asks.)
+    /// With `Every(n)` (turns at any cost) only a lone member skips: the count of members in
+    /// their wait is a hint, and under a load where every other member is briefly out of it a
+    /// skipped rotation would cost the turns that setting promises.
+    fn nobody_to_hand_to(&self) -> bool {
+        let shared = &self.group.shared;
+        match self.rotation {
+            Rotation::Adaptive => shared.header().native_waiting.load(SeqCst) == 0,
+            Rotation::Every(_) => shared.high() <= 1,
+        }
+    }
+
+    /// Do the group's exclusive events come faster than `STREAM_GAP` apart, on average? Then a
+    /// hand-off (a cold thread woken for every event) costs more than the turn it gives, and
+    /// `Adaptive` lets a member take a batch.
+    fn in_a_stream(&self) -> bool {
+        let gap = self.group.shared.header().native_gap_ns.load(SeqCst);
+        // 0: no event measured yet, no stream.
+        gap != 0 && gap < STREAM_GAP.as_nanos() as u64
+    }
+
+    /// A member was handed an exclusive event now: the gap since the last one goes into the
+    /// group's average (a hint: races between members only blur it).
+    fn note_event(&self) {
+        let header = self.group.shared.header();
+        let now = monotonic_ns();
+        let last = header.native_last_event_ns.swap(now, SeqCst);
+        let gap = now
+            .saturating_sub(last)
+            .min(STREAM_GAP.as_nanos() as u64 * 16);
+        let average = header.native_gap_ns.load(SeqCst);
+        let average = match average {
+            0 => gap, // the first event: the gap from nothing, the cap
+            _ => average - average / 8 + gap / 8,
+        };
+        header.native_gap_ns.store(average.max(1), SeqCst);
+    }
+
+    /// The caller consumed an event of the exclusive `fd`: does this member's turn end, and its
+    /// entry go to the tail? `Every(n)`: after `n` events. `Adaptive`: after this event, unless
+    /// the descriptor is still ready (a backlog) and the member has taken fewer than
+    /// `ADAPTIVE_BATCH` in a row. Never while no other member waits: then the decision waits
+    /// for the member's next `wait` (`last_chance`), when the others have had the time to come
+    /// back to theirs, and if nobody waits even then, the turn goes on with nothing moved.
+    /// Returns whether it decided (false: deferred to the next `wait`).
+    fn end_turn(&mut self, fd: RawFd, last_chance: bool) -> Result<bool> {
+        let nobody = self.nobody_to_hand_to();
+        let stream = self.rotation == Rotation::Adaptive && !nobody && self.in_a_stream();
+        let Some(reg) = self.registrations.get_mut(&fd) else {
+            return Ok(true);
+        };
+        if nobody {
+            if !last_chance {
+                return Ok(false);
+            }
+            reg.handed = 0; // a new turn, with nothing moved
+            return Ok(true);
+        }
+        let due = match self.rotation {
+            Rotation::Every(0) => false,
+            Rotation::Every(n) => reg.handed >= n,
+            Rotation::Adaptive => {
+                reg.handed >= ADAPTIVE_BATCH || !(stream || still_ready(fd, reg.interest))
+            }
+        };
+        if !due {
+            return Ok(true);
+        }
+        reg.handed = 0;
+        self.rotate(fd).map(|()| true)
     }
 
     pub(crate) fn wait(
@@ -288,7 +376,7 @@ impl NativeWaiter {
     ) -> Result<usize> {
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
-            self.rotate(fd)?;
+            self.end_turn(fd, true)?;
         }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -297,13 +385,18 @@ impl NativeWaiter {
         } else {
             events.room().min(self.buffer.len())
         };
+        let waiting = &self.group.shared.header().native_waiting;
         loop {
-            let n = match syscall!(epoll_wait(
+            // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
+            waiting.fetch_add(1, SeqCst);
+            let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.buffer.as_mut_ptr(),
                 max as libc::c_int,
                 timeout_ms(deadline),
-            )) {
+            ));
+            waiting.fetch_sub(1, SeqCst);
+            let n = match res {
                 Ok(n) => n as usize,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
@@ -313,6 +406,7 @@ impl NativeWaiter {
             }
             slot.wakeups.fetch_add(1, SeqCst);
             let mut notified = false;
+            let mut noted = false;
             for i in 0..n {
                 let ev = self.buffer[i];
                 let (data, flags) = (ev.u64, ev.events);
@@ -332,13 +426,16 @@ impl NativeWaiter {
                         != 0,
                     writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
                 });
-                if reg.interest.is_exclusive() && self.rotate_every > 0 {
+                if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
                     reg.handed += 1;
-                    if reg.handed >= self.rotate_every {
-                        reg.handed = 0;
+                    noted |= self.rotation == Rotation::Adaptive;
+                    if !self.rotate_pending.contains(&fd) {
                         self.rotate_pending.push(fd);
                     }
                 }
+            }
+            if noted {
+                self.note_event();
             }
             if !events.is_empty() || notified {
                 return Ok(events.len());
@@ -352,6 +449,48 @@ impl NativeWaiter {
             wake: self.wake.clone(),
         }
     }
+}
+
+/// `Rotation::Adaptive`: exclusive events closer together than this on average are a stream,
+/// in which a member keeps its turn for up to `ADAPTIVE_BATCH` events: a producer writing as
+/// fast as it can (2 to 3 µs apart at 500 waiters here), where each hand-off would wake a cold
+/// thread for one message. Below a request-reply round trip over loopback (a client that
+/// connects, waits for the answer and connects again: tens of µs), so such a client gets
+/// strict turns, as do the turn-taking tests 1 ms apart; messages written back to back through
+/// a channel (5 to 10 µs apart) are at the edge (see `docs/internals.md`).
+const STREAM_GAP: Duration = Duration::from_micros(5);
+
+/// Monotonic nanoseconds, comparable across the processes of a group.
+fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain data, filled by clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a pointer to a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? Under a backlog the
+/// answer is yes after the caller's read; when events come one at a time, no.
+fn still_ready(fd: RawFd, interest: Interest) -> bool {
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= libc::POLLIN;
+    }
+    if interest.is_writable() {
+        events |= libc::POLLOUT;
+    }
+    if interest.is_priority() {
+        events |= libc::POLLPRI;
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    // Hang-ups and errors are not a backlog: the turn ends and the others see them too.
+    n == 1 && pfd.revents & events != 0
 }
 
 /// Milliseconds left until `deadline` for epoll_wait, rounded up; -1 for none.

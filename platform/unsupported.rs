@@ -22,7 +22,7 @@ pub(crate) enum NativeWaiter {}
 pub(crate) enum NativeNotifier {}
 
 impl NativeWaiter {
-    pub(crate) fn new(_rotate_every: u32) -> Result<NativeWaiter> {
+    pub(crate) fn new(_group: &std::sync::Arc<crate::group::GroupInner>) -> Result<NativeWaiter> {
         Err(crate::Error::BackendUnavailable {
             backend: crate::Backend::Native,
             reason: probe().unwrap_err(),

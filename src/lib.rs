@@ -9,8 +9,10 @@
 //!   descriptor wakes exactly one waiter of the [`Group`], not the whole herd;
 //! - **one event, round robin** ([`Interest::one_event_round_robin`], the POLLONE proposal): a
 //!   wait returns at most one event, ready descriptors are served in turn, and with
-//!   [`GroupBuilder::rotate_every`] the group's waiters take events in turn instead of the first
-//!   registered one taking everything.
+//!   [`Rotation`] the group's waiters take events in turn instead of the first registered one
+//!   taking everything: by default strict turns while events come one at a time and short
+//!   batches under a backlog ([`Rotation::Adaptive`]), or a fixed
+//!   [`GroupBuilder::rotate_every`].
 //!
 //! # Backends
 //!
@@ -85,7 +87,8 @@ mod waiter;
 
 pub use error::{Error, RawSource, Result};
 pub use group::{
-    Backend, Group, GroupBuilder, MemberStats, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT,
+    Backend, Group, GroupBuilder, MemberStats, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS,
+    MAX_MEMBERS_LIMIT,
 };
 pub use interest::{Event, Events, Interest};
 pub use source::AsSource;

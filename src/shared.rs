@@ -97,6 +97,17 @@ pub(crate) struct Header {
     /// Non-zero once members of more than one process have joined: only then can one die
     /// without the others, and only then do idle members check on each other.
     pub spans_processes: AtomicU32,
+    /// How many members of a native group are inside their kernel wait right now: a hint for
+    /// rotation (with nobody else waiting there is nobody to hand a turn to, so no rotation).
+    /// A member that dies inside its wait leaves one too many, which only means a rotation
+    /// more; the emulation keeps IDLE and BUSY in the member table instead.
+    pub native_waiting: AtomicU32,
+    /// When a native member was last handed an exclusive event (monotonic ns), and the moving
+    /// average of the gaps between such events (1/8 weight): hints for `Rotation::Adaptive`,
+    /// which keeps a member's turn while events come faster than `STREAM_GAP` apart.
+    pub native_last_event_ns: AtomicU64,
+    /// See `native_last_event_ns`.
+    pub native_gap_ns: AtomicU64,
     /// Shared exclusive descriptors.
     pub sources: [SourceSlot; MAX_SOURCES],
 }
@@ -210,6 +221,9 @@ impl Memory {
             high: zero32(),
             first_pid: zero32(),
             spans_processes: zero32(),
+            native_waiting: zero32(),
+            native_last_event_ns: zero64(),
+            native_gap_ns: zero64(),
             sources: std::array::from_fn(|_| SourceSlot {
                 id: zero64(),
                 holder: zero32(),

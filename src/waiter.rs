@@ -93,7 +93,7 @@ impl Waiter {
             Backend::Emulated => {
                 EmulatedWaiter::new(&group, membership).map(|e| Engine::Emulated(Box::new(e)))
             }
-            _ => NativeWaiter::new(group.rotate_every).map(Engine::Native),
+            _ => NativeWaiter::new(&group).map(Engine::Native),
         };
         let engine = match engine {
             Ok(engine) => engine,

@@ -224,7 +224,7 @@ fn herd_writes_no_chart_when_no_row_ran() {
     let (json, svg) = (dir.join("rows.json"), dir.join("chart.svg"));
     let out = herd_without_message_queues()
         .args(["mq", "--waiters", "1", "--modes", "native-rr,emulated-rr"])
-        .args(["--messages", "100"])
+        .args(["--rotate-every", "adaptive", "--messages", "100"])
         .arg("--json")
         .arg(&json)
         .arg("--svg")

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use crate::queue::Workload;
 use report::{Outcome, Report};
-use rows::{Mode, Refusal, RowSpec};
+use rows::{Mode, Refusal, Rotate, RowSpec};
 
 /// Messages per row in the default comparison (per waiter count and mode).
 const DEFAULT_MESSAGES: u64 = 200_000;
@@ -54,6 +54,12 @@ pub struct Args {
         default_value = "plain,native-exclusive,native-rr,emulated-rr"
     )]
     modes: Vec<Mode>,
+    /// Rotation settings of the herdless round-robin modes (native-rr, emulated-rr), each run
+    /// as its own line side by side, comma-separated: `adaptive` (the library's default:
+    /// strict turns while events come one at a time, batches of up to 16 under a backlog) or a
+    /// number of events per turn (1: strict turns at any cost; 0: never rotate).
+    #[arg(long, value_delimiter = ',', default_value = "adaptive,1")]
+    rotate_every: Vec<Rotate>,
     /// Busy work per message, in microseconds, after the read (0: none).
     #[arg(long, default_value_t = 0)]
     work_us: u64,
@@ -207,6 +213,9 @@ fn validate(args: &Args) -> Result<(), String> {
     if args.modes.is_empty() {
         return Err("--modes: give at least one mode".into());
     }
+    if args.rotate_every.is_empty() {
+        return Err("--rotate-every: give at least one setting (adaptive, or a number)".into());
+    }
     if args.time_cap.is_nan() || args.time_cap <= 0.0 {
         return Err(format!(
             "--time-cap {}: must be above 0 seconds",
@@ -227,7 +236,15 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
     for run in 0..args.runs {
         for &workload in workloads {
             for &waiters in &args.waiters {
-                for &mode in &args.modes {
+                let setups = args.modes.iter().flat_map(|&mode| {
+                    let rotations: Vec<Option<Rotate>> = match mode.rotates() {
+                        true => args.rotate_every.iter().copied().map(Some).collect(),
+                        false => vec![None],
+                    };
+                    rotations.into_iter().map(move |r| (mode, r))
+                });
+                for (mode, rotate_every) in setups {
+                    let setup = rows::Setup { mode, rotate_every };
                     let capped = mode == Mode::Plain && waiters >= HERD_SIZE && args.plain_cap > 0;
                     let messages = if capped {
                         args.messages.min(args.plain_cap)
@@ -237,7 +254,7 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
                     let label = format!(
                         "{} {} W={waiters}{}",
                         workload.name(),
-                        mode.name(),
+                        setup.name(),
                         if args.runs > 1 {
                             format!(" run {}", run + 1)
                         } else {
@@ -249,6 +266,7 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
                         RowSpec {
                             workload,
                             mode,
+                            rotate_every,
                             waiters,
                             messages,
                             work: Duration::from_micros(args.work_us),

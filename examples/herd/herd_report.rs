@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::rows::{Measured, Mode, Refusal, RowSpec};
+use super::rows::{Measured, Mode, Refusal, Rotate, RowSpec, Setup};
 use super::Workload;
 use crate::fairness::{sketch, Distribution, Spread};
 
@@ -26,7 +26,8 @@ pub struct Outcome {
 #[derive(Serialize)]
 struct JsonRow {
     workload: &'static str,
-    mode: Mode,
+    #[serde(flatten)]
+    mode: Setup,
     waiters: usize,
     run: u64,
     processes: bool,
@@ -49,7 +50,8 @@ struct JsonRow {
 #[derive(Serialize)]
 struct Missing {
     workload: &'static str,
-    mode: Mode,
+    #[serde(flatten)]
+    mode: Setup,
     waiters: usize,
     run: u64,
     available: bool,
@@ -59,7 +61,7 @@ struct Missing {
 /// One (workload, mode, waiters) line of the table: its runs together.
 struct Line {
     workload: Workload,
-    mode: Mode,
+    mode: Setup,
     waiters: usize,
     runs: Vec<Measured>,
 }
@@ -122,7 +124,7 @@ impl Report {
                     let n = m.messages as f64;
                     report.rows.push(JsonRow {
                         workload,
-                        mode: spec.mode,
+                        mode: spec.setup(),
                         waiters: spec.waiters,
                         run,
                         processes,
@@ -142,14 +144,14 @@ impl Report {
                     });
                     let same = |l: &&mut Line| {
                         l.workload == spec.workload
-                            && l.mode == spec.mode
+                            && l.mode == spec.setup()
                             && l.waiters == spec.waiters
                     };
                     match report.lines.iter_mut().find(same) {
                         Some(line) => line.runs.push(m),
                         None => report.lines.push(Line {
                             workload: spec.workload,
-                            mode: spec.mode,
+                            mode: spec.setup(),
                             waiters: spec.waiters,
                             runs: vec![m],
                         }),
@@ -162,7 +164,7 @@ impl Report {
                     };
                     report.missing.push(Missing {
                         workload,
-                        mode: spec.mode,
+                        mode: spec.setup(),
                         waiters: spec.waiters,
                         run,
                         available,
@@ -366,7 +368,7 @@ impl Report {
         }
         let mut workloads: Vec<Workload> = self.lines.iter().map(|l| l.workload).collect();
         workloads.dedup();
-        let mut modes: Vec<Mode> = Vec::new();
+        let mut modes: Vec<Setup> = Vec::new();
         let mut counts: Vec<usize> = Vec::new();
         for line in &self.lines {
             if !modes.contains(&line.mode) {
@@ -438,32 +440,49 @@ fn count_colour(i: usize) -> RGBColor {
     COLOURS[i % COLOURS.len()]
 }
 
-fn mode_colour(mode: Mode) -> RGBColor {
-    match mode {
-        Mode::Plain => RGBColor(0x80, 0x80, 0x80),
-        Mode::NativeExclusive => RGBColor(0xd6, 0x27, 0x28),
-        Mode::NativeRr => RGBColor(0x1f, 0x77, 0xb4),
-        Mode::EmulatedRr => RGBColor(0x2c, 0xa0, 0x2c),
+fn mode_colour(setup: Setup) -> RGBColor {
+    let strict = !matches!(setup.rotate_every, None | Some(Rotate::Adaptive));
+    match (setup.mode, strict) {
+        (Mode::Plain, _) => RGBColor(0x80, 0x80, 0x80),
+        (Mode::NativeExclusive, _) => RGBColor(0xd6, 0x27, 0x28),
+        (Mode::NativeRr, false) => RGBColor(0x1f, 0x77, 0xb4),
+        (Mode::NativeRr, true) => RGBColor(0x9e, 0xc9, 0xe6),
+        (Mode::EmulatedRr, false) => RGBColor(0x2c, 0xa0, 0x2c),
+        (Mode::EmulatedRr, true) => RGBColor(0x9f, 0xd8, 0x9f),
+    }
+}
+
+/// The rotation a herdless line ran under, as the chart says it: "" for the default.
+fn rotation_words(setup: Setup) -> String {
+    match setup.rotate_every {
+        None | Some(Rotate::Adaptive) => String::new(),
+        Some(Rotate::Every(1)) => ", strict turns".into(),
+        Some(Rotate::Every(0)) => ", no rotation".into(),
+        Some(Rotate::Every(n)) => format!(", turns of {n}"),
     }
 }
 
 /// What the chart calls a mode: which rows are herdless, and which the raw flag.
-fn chart_name(mode: Mode) -> &'static str {
-    match mode {
+fn chart_name(setup: Setup) -> String {
+    let base = match setup.mode {
         Mode::Plain => "no flag (herd)",
         Mode::NativeExclusive => "raw flag",
-        Mode::NativeRr => "herdless native",
-        Mode::EmulatedRr => "herdless emulated",
+        Mode::NativeRr => "native",
+        Mode::EmulatedRr => "emulated",
+    };
+    match setup.rotate_every {
+        None => base.to_string(),
+        Some(r) => format!("{base} {}", r.name()),
     }
 }
 
 /// The chart's legend entry for a mode, with what it is made of.
-fn legend_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Plain => "no flag: every waiter woken (herd)",
-        Mode::NativeExclusive => "raw flag: EPOLLEXCLUSIVE alone",
-        Mode::NativeRr => "herdless native (flag + turns)",
-        Mode::EmulatedRr => "herdless emulated (token passing)",
+fn legend_name(setup: Setup) -> String {
+    match setup.mode {
+        Mode::Plain => "no flag: every waiter woken (herd)".into(),
+        Mode::NativeExclusive => "raw flag: EPOLLEXCLUSIVE alone".into(),
+        Mode::NativeRr => format!("herdless native (flag + turns{})", rotation_words(setup)),
+        Mode::EmulatedRr => format!("herdless emulated (token passing{})", rotation_words(setup)),
     }
 }
 
@@ -478,7 +497,7 @@ fn bars(
     caption: &str,
     y_title: &str,
     lines: &[&Line],
-    modes: &[Mode],
+    modes: &[Setup],
     counts: &[usize],
     figure: impl Fn(&Line) -> f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -496,7 +515,7 @@ fn bars(
         .x_label_area_size(40)
         .y_label_area_size(64)
         .build_cartesian_2d(-0.5f64..modes.len() as f64 - 0.5, (low..high).log_scale())?;
-    let names: Vec<&str> = modes.iter().map(|&m| chart_name(m)).collect();
+    let names: Vec<String> = modes.iter().map(|&m| chart_name(m)).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -504,7 +523,7 @@ fn bars(
         .x_label_formatter(&|x| {
             let i = x.round();
             if (x - i).abs() < 0.01 && i >= 0.0 {
-                names.get(i as usize).copied().unwrap_or("").to_string()
+                names.get(i as usize).cloned().unwrap_or_default()
             } else {
                 String::new()
             }
@@ -570,7 +589,7 @@ fn distribution(
     area: &Area<'_>,
     workload: &str,
     lines: &[&Line],
-    modes: &[Mode],
+    modes: &[Setup],
     waiters: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let floor = 0.01;

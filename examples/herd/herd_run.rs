@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
-use herdless::{Backend, Events, Group, Interest, Waiter};
+use herdless::{Backend, Events, Group, Interest, Rotation, Waiter};
 use serde::Serialize;
 
 use crate::queue::{pipe, read_exact, read_one, write_all, Blocking, Channel, Read, Workload};
@@ -42,9 +42,10 @@ pub enum Mode {
     Plain,
     /// herdless native, raw `EPOLLEXCLUSIVE`: no rotation (`rotate_every(0)`).
     NativeExclusive,
-    /// herdless native, `rotate_every(1)`, exclusive + one event round robin.
+    /// herdless native, exclusive + one event round robin, rotation as `--rotate-every` says
+    /// (default: the library's default, `Rotation::Adaptive`).
     NativeRr,
-    /// herdless emulated (token passing), `rotate_every(1)`, exclusive + one event round robin.
+    /// herdless emulated (token passing), exclusive + one event round robin, rotation likewise.
     EmulatedRr,
 }
 
@@ -58,17 +59,22 @@ impl Mode {
         }
     }
 
+    /// Does `--rotate-every` apply to this mode? (the herdless round-robin modes)
+    pub fn rotates(self) -> bool {
+        matches!(self, Mode::NativeRr | Mode::EmulatedRr)
+    }
+
     /// The group the waiters join (none for `plain`), or why this system cannot run the mode.
-    fn group(self, waiters: usize) -> Result<Option<Group>, Refusal> {
-        let (backend, rotate_every) = match self {
+    fn group(self, waiters: usize, rotation: Option<Rotate>) -> Result<Option<Group>, Refusal> {
+        let (backend, rotation) = match self {
             Mode::Plain => return Ok(None),
-            Mode::NativeExclusive => (Backend::Native, 0),
-            Mode::NativeRr => (Backend::Native, 1),
-            Mode::EmulatedRr => (Backend::Emulated, 1),
+            Mode::NativeExclusive => (Backend::Native, Rotation::Every(0)),
+            Mode::NativeRr => (Backend::Native, rotation.unwrap_or_default().rotation()),
+            Mode::EmulatedRr => (Backend::Emulated, rotation.unwrap_or_default().rotation()),
         };
         let built = Group::builder()
             .backend(backend)
-            .rotate_every(rotate_every)
+            .rotation(rotation)
             .max_members(waiters)
             .build();
         match built {
@@ -84,6 +90,75 @@ impl Mode {
         match self {
             Mode::NativeExclusive => Interest::READABLE.exclusive(),
             _ => Interest::READABLE.exclusive().one_event_round_robin(),
+        }
+    }
+}
+
+/// A value of `--rotate-every`: `adaptive` (the library's default) or a number of events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Rotate {
+    /// `Rotation::Adaptive`: turns by the event, batches under a backlog.
+    #[default]
+    Adaptive,
+    /// `Rotation::Every(n)`: 1 is strict turns, 0 never rotates.
+    Every(u32),
+}
+
+impl Rotate {
+    fn rotation(self) -> Rotation {
+        match self {
+            Rotate::Adaptive => Rotation::Adaptive,
+            Rotate::Every(n) => Rotation::Every(n),
+        }
+    }
+    /// As the table and `--rotate-every` write it.
+    pub fn name(self) -> String {
+        match self {
+            Rotate::Adaptive => "adaptive".into(),
+            Rotate::Every(n) => n.to_string(),
+        }
+    }
+}
+
+impl std::str::FromStr for Rotate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Rotate, String> {
+        match s.trim() {
+            "adaptive" => Ok(Rotate::Adaptive),
+            n => n.parse().map(Rotate::Every).map_err(|_| {
+                format!(
+                    "{s:?}: give `adaptive` or a number of events (0 to {})",
+                    u32::MAX
+                )
+            }),
+        }
+    }
+}
+
+impl Serialize for Rotate {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Rotate::Adaptive => serializer.serialize_str("adaptive"),
+            Rotate::Every(n) => serializer.serialize_u32(*n),
+        }
+    }
+}
+
+/// What one line of the table compares: a mode, and for the herdless round-robin modes the
+/// rotation setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Setup {
+    pub mode: Mode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotate_every: Option<Rotate>,
+}
+
+impl Setup {
+    /// `native-rr` under the default rotation, `native-rr/1` under `--rotate-every 1`.
+    pub fn name(self) -> String {
+        match self.rotate_every {
+            None | Some(Rotate::Adaptive) => self.mode.name().to_string(),
+            Some(r) => format!("{}/{}", self.mode.name(), r.name()),
         }
     }
 }
@@ -114,6 +189,8 @@ impl From<herdless::Error> for Refusal {
 pub struct RowSpec {
     pub workload: Workload,
     pub mode: Mode,
+    /// The rotation setting of a herdless round-robin mode (None: not one).
+    pub rotate_every: Option<Rotate>,
     pub waiters: usize,
     pub messages: u64,
     pub work: Duration,
@@ -124,6 +201,16 @@ pub struct RowSpec {
     pub label: String,
     /// Raise /proc/sys/fs/mqueue/msg_max for a deeper queue (root; see `queue::Channel::open`).
     pub raise_mq_limit: bool,
+}
+
+impl RowSpec {
+    /// The line of the table this row belongs to.
+    pub fn setup(&self) -> Setup {
+        Setup {
+            mode: self.mode,
+            rotate_every: self.rotate_every,
+        }
+    }
 }
 
 /// What one row measured.
@@ -155,7 +242,7 @@ struct Tally {
 
 /// Runs one row.
 pub fn run_row(spec: &RowSpec) -> Result<Measured, Refusal> {
-    let group = spec.mode.group(spec.waiters)?;
+    let group = spec.mode.group(spec.waiters, spec.rotate_every)?;
     let channel = Channel::open(spec.workload, spec.raise_mq_limit)?;
     let board = board()?;
     board.store(0, SeqCst);

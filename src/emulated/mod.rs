@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use polling::{PollMode, Poller};
 
 use crate::error::{Error, RawSource, Result};
-use crate::group::GroupInner;
+use crate::group::{GroupInner, Rotation};
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::members::{Life, Membership};
 use crate::shared::NONE;
@@ -77,7 +77,7 @@ fn token(group: &GroupInner) -> Token<'_> {
         shared: &group.shared,
         bells: &emu.bells,
         live: &group.live,
-        rotate_every: group.rotate_every,
+        rotation: group.rotation,
     }
 }
 
@@ -297,13 +297,43 @@ impl EmulatedWaiter {
     pub(crate) fn consumed(&mut self, group: &GroupInner, key: usize) -> Result<()> {
         let tk = token(group);
         let me = self.me;
-        self.holding.retain(|&(s, k)| {
+        let mut i = 0;
+        while i < self.holding.len() {
+            let (s, k) = self.holding[i];
             if k == key {
+                self.holding.swap_remove(i);
                 tk.release(s, me);
+                self.end_turn(&tk, s);
+            } else {
+                i += 1;
             }
-            k != key
-        });
+        }
         Ok(())
+    }
+
+    /// `Rotation::Adaptive`: this member consumed an event of source `s`; if its turn ends
+    /// (`Token::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
+    /// goes to the back of the line.
+    fn end_turn(&mut self, tk: &Token<'_>, s: usize) {
+        if tk.rotation != Rotation::Adaptive {
+            return;
+        }
+        let Some((&fd, reg)) = self
+            .registrations
+            .iter_mut()
+            .find(|(_, r)| r.source == Some(s))
+        else {
+            return;
+        };
+        if !tk.anyone_else_idle(s, self.me) {
+            reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
+            return;
+        }
+        let ready = still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
+        if tk.adaptive_turn_ends(reg.handed, ready) {
+            reg.handed = 0;
+            tk.to_back(s, self.me);
+        }
     }
 
     fn release_source(&mut self, tk: &Token<'_>, source: usize) {
@@ -408,6 +438,7 @@ impl EmulatedWaiter {
         // Coming back to wait: what was handed out last time has been consumed.
         while let Some((s, _)) = self.holding.pop() {
             tk.release(s, me);
+            self.end_turn(&tk, s);
         }
         // Through the member table, against this occupancy: a slot being reaped stays reaped.
         if !group.members().go_idle(&self.membership) {
@@ -1041,6 +1072,36 @@ fn identify(fd: RawSource) -> Result<u64> {
     #[cfg(not(loom))]
     windows::check_socket(fd)?;
     Ok(fd.wrapping_add(1).max(1))
+}
+
+/// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? `None` where the
+/// emulation cannot ask (Windows): the caller falls back on the backlog average.
+#[cfg(unix)]
+fn still_ready(fd: RawSource, interest: Interest) -> Option<bool> {
+    let mut events = 0;
+    if interest.is_readable() {
+        events |= libc::POLLIN;
+    }
+    if interest.is_writable() {
+        events |= libc::POLLOUT;
+    }
+    if interest.is_priority() {
+        events |= libc::POLLPRI;
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    // Hang-ups and errors are not a backlog: the turn ends.
+    Some(n == 1 && pfd.revents & events != 0)
+}
+
+#[cfg(not(unix))]
+fn still_ready(_fd: RawSource, _interest: Interest) -> Option<bool> {
+    None
 }
 
 /// Clears out member `m` of an emulated group, found dead in word `seen`.

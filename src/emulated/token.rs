@@ -8,9 +8,13 @@
 //! until the holder says it has consumed the readiness (`release`), so a level-triggered
 //! descriptor never wakes two members for one message.
 //!
-//! The line: members in slot order, starting at `line_head`. After a member has been handed
-//! `rotate_every` events, the head moves just past it (it goes to the back); with
-//! `rotate_every = 0` the head stays at slot 0, which reproduces the kernel's monopoly. A member
+//! The line: members in slot order, starting at `line_head`. When a member's turn ends, the
+//! head moves just past it (it goes to the back): with `Rotation::Every(n)` after `n` events
+//! (`rotation_due`, decided as the event is handed out); with `Rotation::Adaptive` after the
+//! consumed event if the source is no longer ready, else after up to `ADAPTIVE_BATCH` in a row
+//! (`adaptive_turn_ends`, decided once the event is consumed). Until then a member coming back
+//! to `wait` is ahead of the leader in line and takes the token back: its batch. With
+//! `Every(0)` the head stays at slot 0, which reproduces the kernel's monopoly. A member
 //! coming back to `wait` ahead of the leader in line takes the token over.
 //!
 //! All state is in the group's shared memory. The token (`leader`) and the claim (`holder`)
@@ -49,6 +53,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::doorbell::Doorbells;
+use crate::group::{Rotation, ADAPTIVE_BATCH};
 use crate::liveness::Liveness;
 use crate::members::{Life, Members};
 use crate::shared::{SharedState, SourceSlot, NONE};
@@ -79,7 +84,7 @@ pub(crate) struct Token<'a> {
     pub(crate) shared: &'a SharedState,
     pub(crate) bells: &'a Doorbells,
     pub(crate) live: &'a Liveness,
-    pub(crate) rotate_every: u32,
+    pub(crate) rotation: Rotation,
 }
 
 impl Token<'_> {
@@ -125,7 +130,7 @@ impl Token<'_> {
     pub(crate) fn spinning_pays(&self, s: usize) -> bool {
         let src = self.source(s);
         !cfg!(loom)
-            && src.ready_on_arm.load(SeqCst) > 512
+            && self.has_backlog(s)
             && src.hold_ns.load(SeqCst) < SHORT_HOLD.as_nanos() as u64
     }
 
@@ -326,10 +331,37 @@ impl Token<'_> {
         won
     }
 
-    /// After `handed` events of a source since it last went to the back of the line, is it
-    /// the member's turn to go there?
+    /// After `handed` events of source `s` since it last went to the back of the line, is it
+    /// the member's turn to go there, decided when the event is handed out? Only with
+    /// `Every(n)`: after `n`. (`Adaptive` decides when the event has been consumed: see
+    /// `adaptive_turn_ends`.)
     pub(crate) fn rotation_due(&self, handed: u32) -> bool {
-        self.rotate_every > 0 && handed >= self.rotate_every
+        matches!(self.rotation, Rotation::Every(n) if n > 0 && handed >= n)
+    }
+
+    /// `Adaptive`, the rule *turns by the event, batches under a backlog*: a member that has
+    /// just consumed its `handed`-th event of a source in a row goes to the back of the line
+    /// unless the source is `still_ready` (a backlog), and after `ADAPTIVE_BATCH` in a row
+    /// whatever the backlog.
+    pub(crate) fn adaptive_turn_ends(&self, handed: u32, still_ready: bool) -> bool {
+        self.rotation == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !still_ready)
+    }
+
+    /// Is a member other than `me` registered on `s` and idle (someone to hand a turn to)?
+    pub(crate) fn anyone_else_idle(&self, s: usize, me: u32) -> bool {
+        self.next_idle(s, me, None).is_some()
+    }
+
+    /// `me` goes to the back of the line of `s` after its turn (the token has moved on
+    /// already, when `me` went busy).
+    pub(crate) fn to_back(&self, s: usize, me: u32) {
+        let high = self.shared.high().max(1);
+        self.source(s).line_head.store((me + 1) % high, SeqCst);
+    }
+
+    /// Has `s` lately been ready at once when a leader started watching it (a backlog)?
+    pub(crate) fn has_backlog(&self, s: usize) -> bool {
+        self.source(s).ready_on_arm.load(SeqCst) > 512
     }
 
     /// `me` consumed the readiness of `s`: the leader may watch it again.
@@ -585,7 +617,7 @@ mod model {
                 shared: &self.shared,
                 bells: &self.bells,
                 live: &self.live,
-                rotate_every: 1,
+                rotation: Rotation::Every(1),
             }
         }
         /// Member `m` enters (IDLE) or leaves (BUSY) `wait`, through the member table.

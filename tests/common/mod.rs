@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use herdless::{Backend, Group};
+use herdless::{Backend, Group, Rotation};
 
 /// The bound on a wait a test expects to return: never reached by a working group, and a hang
 /// fails the test instead of stalling it.
@@ -205,7 +205,7 @@ impl Outcome {
 #[derive(Debug, Clone, Copy)]
 pub struct Turns {
     pub backend: Backend,
-    pub rotate_every: u32,
+    pub rotation: Rotation,
     pub members: usize,
     pub messages: u64,
     pub gap: Option<Duration>,
@@ -249,7 +249,7 @@ impl Turns {
     pub fn eight_members(backend: Backend) -> Turns {
         Turns {
             backend,
-            rotate_every: 1,
+            rotation: Rotation::Every(1),
             members: 8,
             messages: 800,
             gap: None,
@@ -259,7 +259,7 @@ impl Turns {
     fn group(&self) -> Group {
         Group::builder()
             .backend(self.backend)
-            .rotate_every(self.rotate_every)
+            .rotation(self.rotation)
             .max_members(self.members.max(1))
             .build()
             .unwrap()

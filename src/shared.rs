@@ -35,7 +35,9 @@ pub(crate) const MEMBER_WORDS: usize = crate::contract::MAX_MEMBERS_LIMIT / 64;
 #[cfg(loom)]
 pub(crate) const MEMBER_WORDS: usize = 1;
 
-/// One exclusive descriptor shared by the group (emulation only). Each source has its own
+/// One exclusive descriptor shared by the group (emulation only). Its layout lives here, in
+/// the shared mapping; what the protocol does with it lives with the protocol
+/// (`emulated/protocol.rs`). Each source has its own
 /// token, so members that register different sets of descriptors are still all served.
 #[repr(C)]
 pub(crate) struct SourceSlot {
@@ -71,20 +73,6 @@ pub(crate) struct SourceSlot {
     pub ready_on_arm: std::sync::atomic::AtomicU32,
     /// Which members have registered this source (bit n: member n).
     pub members: [AtomicU64; MEMBER_WORDS],
-}
-
-impl SourceSlot {
-    pub(crate) fn has_member(&self, m: u32) -> bool {
-        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
-    }
-    pub(crate) fn set_member(&self, m: u32, on: bool) {
-        let bit = 1u64 << (m % 64);
-        if on {
-            self.members[m as usize / 64].fetch_or(bit, SeqCst);
-        } else {
-            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
-        }
-    }
 }
 
 /// The fixed part of the shared state. Aligned to a cache line, so that its size is a multiple of

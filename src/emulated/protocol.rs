@@ -79,6 +79,23 @@ pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
 
+/// A source's members: the protocol's bitmap of who registered it (bit n: member n).
+impl SourceSlot {
+    /// Has member `m` registered this source?
+    pub(crate) fn has_member(&self, m: u32) -> bool {
+        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
+    }
+    /// Records that member `m` registered this source (`on`) or no longer does.
+    pub(crate) fn set_member(&self, m: u32, on: bool) {
+        let bit = 1u64 << (m % 64);
+        if on {
+            self.members[m as usize / 64].fetch_or(bit, SeqCst);
+        } else {
+            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
+        }
+    }
+}
+
 /// The protocol's view of one group: its shared memory, door bells and liveness marks.
 pub(crate) struct Protocol<'a> {
     pub(crate) shared: &'a SharedState,

@@ -785,6 +785,15 @@ mod model {
         });
     }
 
+    /// Member `m` of `w` goes busy and passes the token of source 0 on, on another thread.
+    fn spawn_go_busy_and_pass(w: &Arc<World>, m: u32, to_back: bool) -> thread::JoinHandle<()> {
+        let w = w.clone();
+        thread::spawn(move || {
+            w.set_state(m, state::BUSY);
+            w.token().pass(0, m, to_back);
+        })
+    }
+
     /// `holder` releases source 0 of `w` on another thread.
     fn spawn_release(w: &Arc<World>, holder: u32) -> thread::JoinHandle<()> {
         let w = w.clone();
@@ -799,13 +808,7 @@ mod model {
             let w = World::new(2);
             w.set_state(0, state::IDLE);
             w.shared.source(0).leader.store(0, SeqCst);
-            let a = {
-                let w = w.clone();
-                thread::spawn(move || {
-                    w.set_state(0, state::BUSY);
-                    w.token().pass(0, 0, true);
-                })
-            };
+            let a = spawn_go_busy_and_pass(&w, 0, true);
             let w2 = w.clone();
             let took = thread::spawn(move || {
                 w2.set_state(1, state::IDLE);
@@ -887,13 +890,7 @@ mod model {
             w.set_state(0, state::IDLE);
             w.set_state(1, state::IDLE);
             w.shared.source(0).leader.store(0, SeqCst);
-            let a = {
-                let w = w.clone();
-                thread::spawn(move || {
-                    w.set_state(0, state::BUSY);
-                    w.token().pass(0, 0, false);
-                })
-            };
+            let a = spawn_go_busy_and_pass(&w, 0, false);
             let b = {
                 let w = w.clone();
                 thread::spawn(move || {

@@ -29,11 +29,12 @@ fn main() {
 
 #[cfg(unix)]
 mod unix {
-    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
     use std::time::Duration;
 
     use divan::Bencher;
     use herdless::{Backend, Events, Group, Interest, Rotation, Waiter};
+    use herdless_fixtures::Blocking;
 
     /// Every backend this system has.
     fn backends() -> Vec<Backend> {
@@ -146,22 +147,12 @@ mod unix {
 
     /// A pipe (read end, write end); the read end non-blocking if asked.
     fn pipe(nonblocking_read: bool) -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: pipe fills two descriptors on success.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
-        // SAFETY: fresh descriptors, owned from here on.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        if nonblocking_read {
-            // SAFETY: fcntl on a descriptor we own.
-            unsafe {
-                let flags = libc::fcntl(r.as_raw_fd(), libc::F_GETFL);
-                assert_eq!(
-                    libc::fcntl(r.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK),
-                    0
-                );
-            }
-        }
-        (r, w)
+        let blocking = if nonblocking_read {
+            Blocking::WriteEnd
+        } else {
+            Blocking::Both
+        };
+        herdless_fixtures::pipe(blocking).expect("pipe")
     }
 
     fn write_byte(fd: RawFd) {

@@ -37,6 +37,7 @@ mod server {
     use std::time::{Duration, Instant};
 
     use herdless::{tokio::Acceptor, Backend, Group};
+    use herdless_fixtures::SharedCounters;
     use tokio::net::TcpStream;
 
     type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -90,45 +91,16 @@ mod server {
     }
 
     /// Per-worker figures and the total of answered requests, in memory shared across fork.
-    struct Counts {
-        base: *const AtomicU64,
-        len: usize,
-    }
-
-    // SAFETY: the mapping holds only atomics, shared by design.
-    unsafe impl Send for Counts {}
-    // SAFETY: as above.
-    unsafe impl Sync for Counts {}
+    struct Counts(SharedCounters);
 
     impl Counts {
         /// Slot 0: requests in all; then (connections, requests) per worker.
         fn new(workers: usize) -> Res<Counts> {
-            let len = 1 + 2 * workers;
-            // SAFETY: a fresh anonymous shared mapping; no existing memory is touched.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len * 8,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if ptr == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error().into());
-            }
-            Ok(Counts {
-                base: ptr.cast(),
-                len,
-            })
+            Ok(Counts(SharedCounters::new(1 + 2 * workers)?))
         }
 
         fn at(&self, i: usize) -> &AtomicU64 {
-            assert!(i < self.len);
-            // SAFETY: in bounds of a zero-filled mapping that is never unmapped while the
-            // program runs; zero bytes are a valid AtomicU64.
-            unsafe { &*self.base.add(i) }
+            self.0.get(i)
         }
         fn total(&self) -> &AtomicU64 {
             self.at(0)

@@ -23,17 +23,17 @@
 //! between delete and add. `one_event_round_robin` is `maxevents = 1`: level-triggered epoll
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::contract::Rotation;
 use crate::error::{Error, Result};
-use crate::group::{GroupInner, Rotation, ADAPTIVE_BATCH};
 use crate::interest::{Event, Events, Interest};
-use crate::shared::MemberSlot;
+use crate::registry::{self, Registry};
+use crate::shared::{MemberSlot, SharedState};
 
 /// Turns a `-1` return into the thread's `errno`.
 macro_rules! syscall {
@@ -106,19 +106,14 @@ fn ctl(epoll: &OwnedFd, op: libc::c_int, fd: RawFd, flags: u32, data: u64) -> io
 }
 
 /// Names the kernel's refusal of a descriptor.
+/// (What the emulation's poller refuses too, plus the epoll that cannot be exclusive.)
 fn refusal(fd: RawFd, err: io::Error, context: &'static str) -> Error {
     match err.raw_os_error() {
-        Some(libc::EBADF) => Error::BadDescriptor { fd },
-        Some(libc::EPERM) => Error::UnwatchableDescriptor {
-            fd,
-            reason: crate::error::eperm_reason(fd),
-        },
-        Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
         Some(libc::ELOOP) | Some(libc::EINVAL) if is_epoll(fd) => Error::UnwatchableDescriptor {
             fd,
             reason: "an epoll descriptor cannot be watched exclusively (EINVAL)",
         },
-        _ => Error::io(context, err),
+        _ => registry::refusal(fd, err, context),
     }
 }
 
@@ -137,26 +132,31 @@ struct Registration {
     handed: u32,
 }
 
+impl registry::Registered for Registration {
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+}
+
 /// One member's native half: its own epoll instance and registrations.
 pub(crate) struct NativeWaiter {
     epoll: OwnedFd,
     /// The eventfd a [`NativeNotifier`] writes to; registered under `WAKE_DATA`.
     wake: Arc<OwnedFd>,
     rotation: Rotation,
-    /// The group, for the count of members inside their wait (see `nobody_to_hand_to`).
-    group: Arc<GroupInner>,
+    /// The group's shared state, for the count of members inside their wait (see
+    /// `nobody_to_hand_to`) and the stream's timing.
+    shared: Arc<SharedState>,
     /// Registered descriptors by number. Invariant: exactly these are in `epoll`.
-    registrations: HashMap<RawFd, Registration>,
+    registrations: Registry<Registration>,
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
-    /// How many registrations asked for one event per wait.
-    one_event: usize,
     buffer: Vec<libc::epoll_event>,
 }
 
 impl NativeWaiter {
-    pub(crate) fn new(group: &Arc<GroupInner>) -> Result<NativeWaiter> {
+    pub(crate) fn new(shared: Arc<SharedState>, rotation: Rotation) -> Result<NativeWaiter> {
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
         let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
             .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
@@ -173,11 +173,10 @@ impl NativeWaiter {
         Ok(NativeWaiter {
             epoll,
             wake,
-            rotation: group.rotation,
-            group: group.clone(),
-            registrations: HashMap::new(),
+            rotation,
+            shared,
+            registrations: Registry::new(),
             rotate_pending: Vec::new(),
-            one_event: 0,
             buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
         })
     }
@@ -208,30 +207,26 @@ impl NativeWaiter {
                 handed: 0,
             },
         );
-        self.one_event += usize::from(interest.is_one_event_round_robin());
     }
 
     fn forget(&mut self, fd: RawFd) -> Option<Registration> {
-        let old = self.registrations.remove(&fd)?;
-        self.one_event -= usize::from(old.interest.is_one_event_round_robin());
+        let old = self.registrations.remove(fd)?;
         self.rotate_pending.retain(|&p| p != fd);
         Some(old)
     }
 
     pub(crate) fn modify(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        let old = *self
-            .registrations
-            .get(&fd)
-            .ok_or(Error::NotRegistered { fd })?;
+        let old = *self.registrations.registered(fd)?;
         if old.interest.is_exclusive() || interest.is_exclusive() {
             // The kernel refuses MOD of an exclusive entry: delete and add, and put the old
             // registration back if the new one is refused.
-            self.delete(fd)?;
-            if let Err(e) = self.add(fd, key, interest) {
-                self.add(fd, old.key, old.interest)?;
-                return Err(e);
-            }
-            return Ok(());
+            return registry::replace(
+                self,
+                (old.key, old.interest),
+                (key, interest),
+                |w| w.delete(fd),
+                |w, key, interest| w.add(fd, key, interest),
+            );
         }
         ctl(
             &self.epoll,
@@ -247,9 +242,7 @@ impl NativeWaiter {
     }
 
     pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
-        if !self.registrations.contains_key(&fd) {
-            return Err(Error::NotRegistered { fd });
-        }
+        self.registrations.registered(fd)?;
         match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
             // ENOENT: the descriptor was closed and the kernel already forgot it.
             Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
@@ -301,7 +294,7 @@ impl NativeWaiter {
     /// their wait is a hint, and under a load where every other member is briefly out of it a
     /// skipped rotation would cost the turns that setting promises.
     fn nobody_to_hand_to(&self) -> bool {
-        let shared = &self.group.shared;
+        let shared = &self.shared;
         match self.rotation {
             Rotation::Adaptive => shared.header().native_waiting.load(SeqCst) == 0,
             Rotation::Every(_) => shared.high() <= 1,
@@ -312,7 +305,7 @@ impl NativeWaiter {
     /// hand-off (a cold thread woken for every event) costs more than the turn it gives, and
     /// `Adaptive` lets a member take a batch.
     fn in_a_stream(&self) -> bool {
-        let gap = self.group.shared.header().native_gap_ns.load(SeqCst);
+        let gap = self.shared.header().native_gap_ns.load(SeqCst);
         // 0: no event measured yet, no stream.
         gap != 0 && gap < STREAM_GAP.as_nanos() as u64
     }
@@ -320,7 +313,7 @@ impl NativeWaiter {
     /// A member was handed an exclusive event now: the gap since the last one goes into the
     /// group's average (a hint: races between members only blur it).
     fn note_event(&self) {
-        let header = self.group.shared.header();
+        let header = self.shared.header();
         let now = monotonic_ns();
         let last = header.native_last_event_ns.swap(now, SeqCst);
         let gap = now
@@ -354,13 +347,10 @@ impl NativeWaiter {
             reg.handed = 0; // a new turn, with nothing moved
             return Ok(true);
         }
-        let due = match self.rotation {
-            Rotation::Every(0) => false,
-            Rotation::Every(n) => reg.handed >= n,
-            Rotation::Adaptive => {
-                reg.handed >= ADAPTIVE_BATCH || !(stream || still_ready(fd, reg.interest))
-            }
-        };
+        let due = self.rotation.due_by_count(reg.handed)
+            || (self.rotation).adaptive_ends(reg.handed, || {
+                stream || registry::still_ready(fd, reg.interest)
+            });
         if !due {
             return Ok(true);
         }
@@ -380,12 +370,10 @@ impl NativeWaiter {
         }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let max = if self.one_event > 0 {
-            1
-        } else {
-            events.room().min(self.buffer.len())
-        };
-        let waiting = &self.group.shared.header().native_waiting;
+        let max = self
+            .registrations
+            .events_per_wait(events.room().min(self.buffer.len()));
+        let waiting = &self.shared.header().native_waiting;
         loop {
             // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
             waiting.fetch_add(1, SeqCst);
@@ -404,7 +392,7 @@ impl NativeWaiter {
             if n == 0 {
                 return Ok(0); // timed out
             }
-            slot.wakeups.fetch_add(1, SeqCst);
+            slot.wakeups.add(1);
             let mut notified = false;
             let mut noted = false;
             for i in 0..n {
@@ -440,7 +428,7 @@ impl NativeWaiter {
             if !events.is_empty() || notified {
                 return Ok(events.len());
             }
-            slot.empty_wakeups.fetch_add(1, SeqCst);
+            slot.empty_wakeups.add(1);
         }
     }
 
@@ -467,30 +455,6 @@ fn monotonic_ns() -> u64 {
     // SAFETY: a valid clock id and a pointer to a live timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? Under a backlog the
-/// answer is yes after the caller's read; when events come one at a time, no.
-fn still_ready(fd: RawFd, interest: Interest) -> bool {
-    let mut events = 0;
-    if interest.is_readable() {
-        events |= libc::POLLIN;
-    }
-    if interest.is_writable() {
-        events |= libc::POLLOUT;
-    }
-    if interest.is_priority() {
-        events |= libc::POLLPRI;
-    }
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    // Hang-ups and errors are not a backlog: the turn ends and the others see them too.
-    n == 1 && pfd.revents & events != 0
 }
 
 /// Milliseconds left until `deadline` for epoll_wait, rounded up; -1 for none.

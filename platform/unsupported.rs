@@ -22,7 +22,10 @@ pub(crate) enum NativeWaiter {}
 pub(crate) enum NativeNotifier {}
 
 impl NativeWaiter {
-    pub(crate) fn new(_group: &std::sync::Arc<crate::group::GroupInner>) -> Result<NativeWaiter> {
+    pub(crate) fn new(
+        _shared: std::sync::Arc<crate::shared::SharedState>,
+        _rotation: crate::contract::Rotation,
+    ) -> Result<NativeWaiter> {
         Err(crate::Error::BackendUnavailable {
             backend: crate::Backend::Native,
             reason: probe().unwrap_err(),

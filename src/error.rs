@@ -6,7 +6,7 @@
 
 use std::io;
 
-use crate::group::Backend;
+use crate::contract::Backend;
 
 /// The raw descriptor type of this platform, as it appears in error messages.
 #[cfg(unix)]

@@ -8,65 +8,12 @@
 
 use std::sync::Arc;
 
+use crate::contract::{Backend, Rotation, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
 use crate::emulated::EmulatedGroup;
 use crate::error::{Error, Result};
-use crate::members::Members;
+use crate::inner::GroupInner;
 use crate::shared::SharedState;
 use crate::waiter::Waiter;
-
-/// Which mechanism delivers exclusive, fair wake-ups.
-///
-/// | OS      | `Auto` resolves to | `Native` | `Emulated` |
-/// |---------|--------------------|----------|------------|
-/// | Linux   | `Native` (`EPOLLEXCLUSIVE` + rotation) if the kernel takes the flag, else `Emulated` | yes | yes |
-/// | others  | `Emulated` (token passing over `polling`) | error | yes |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// The best backend this system supports.
-    Auto,
-    /// The kernel's own exclusive wake-ups (Linux `EPOLLEXCLUSIVE`), rotated by delete and re-add.
-    Native,
-    /// Userspace token passing (Leader/Followers) on top of the `polling` crate.
-    Emulated,
-}
-
-/// When a member of a group goes to the back of the line of an exclusive descriptor.
-///
-/// The default is [`Rotation::Adaptive`], the rule *turns by the event, batches under a
-/// backlog*: a member goes to the back after every event while events come one at a time
-/// (strict turns, as `Every(1)`), but while the descriptor has a backlog (it is still ready
-/// after the member's read) the member keeps taking its events, up to [`ADAPTIVE_BATCH`] in a
-/// row, before it goes to the back. The backend measures, never guesses: both ask the
-/// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
-/// Windows uses the backlog average it keeps for its spinning decision instead). The native
-/// backend also counts a *stream* as a backlog: events closer than 5 µs apart on average
-/// across the group (a producer at full speed), where handing each to another thread would
-/// wake a cold thread per event. With nobody to hand to (no other member inside `wait`), no
-/// backend rotates at all. See `docs/internals.md`, "Rotation".
-///
-/// ```
-/// use herdless::{Group, Rotation};
-/// let adaptive = Group::builder().build()?; // the default
-/// assert_eq!(adaptive.rotation(), Rotation::Adaptive);
-/// let strict = Group::builder().rotation(Rotation::Every(1)).build()?; // = .rotate_every(1)
-/// assert_eq!(strict.rotate_every(), 1);
-/// # Ok::<(), herdless::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Rotation {
-    /// Strict turns while events come one at a time, batches of up to [`ADAPTIVE_BATCH`]
-    /// events per member while the descriptor has a backlog (the default).
-    #[default]
-    Adaptive,
-    /// After `n` events, always: `Every(1)` is strict turns at any cost, `Every(0)` never
-    /// rotates (the kernel's raw first-come order, the `EPOLLEXCLUSIVE` monopoly).
-    Every(u32),
-}
-
-/// The most events a member takes in a row under [`Rotation::Adaptive`] while the descriptor
-/// has a backlog: over a run of a few thousand events per member it keeps Jain's fairness
-/// index above 0.99 (see `docs/lab.md`), and it saves a rotation on 15 of every 16 events.
-pub const ADAPTIVE_BATCH: u32 = 16;
 
 /// Builds a [`Group`]. See [`Group::builder`].
 ///
@@ -87,11 +34,6 @@ pub struct GroupBuilder {
     rotation: Rotation,
     max_members: usize,
 }
-
-/// The default number of member slots.
-pub const DEFAULT_MAX_MEMBERS: usize = 64;
-/// The most member slots a group may have.
-pub const MAX_MEMBERS_LIMIT: usize = 4096;
 
 impl GroupBuilder {
     /// Chooses the backend (default [`Backend::Auto`]). Example: see [`GroupBuilder`].
@@ -170,51 +112,11 @@ impl GroupBuilder {
             inner: Arc::new(GroupInner {
                 backend,
                 rotation: self.rotation,
-                shared,
+                shared: Arc::new(shared),
                 live,
                 emulation,
             }),
         })
-    }
-}
-
-/// What all members of a group share.
-pub(crate) struct GroupInner {
-    pub(crate) backend: Backend,
-    pub(crate) rotation: Rotation,
-    pub(crate) shared: SharedState,
-    /// Each member's liveness mark, so that a dead member's slot is found and reused.
-    pub(crate) live: crate::liveness::Liveness,
-    /// The emulation's door bells (only for `Backend::Emulated`).
-    pub(crate) emulation: Option<EmulatedGroup>,
-}
-
-impl GroupInner {
-    /// The member table: every change of a member slot's state goes through it.
-    pub(crate) fn members(&self) -> Members<'_> {
-        Members::new(&self.shared, &self.live)
-    }
-
-    /// Finds members whose process died without leaving (and reaps whose reaper died) and
-    /// clears their slots out (the emulation also frees what they held and passes their tokens
-    /// on), so that the slots can be joined again.
-    pub(crate) fn reap_dead_members(&self) {
-        let members = self.members();
-        let me = std::process::id();
-        for m in 0..self.shared.high() {
-            let Some(seen) = members.dead(m, me) else {
-                continue;
-            };
-            match self.backend {
-                Backend::Emulated => crate::emulated::reap_member(self, m, seen),
-                _ => {
-                    // The kernel forgot the dead process's epoll entries: nothing to clear.
-                    if let Some(reap) = members.begin_reap(m, seen, me) {
-                        members.finish_reap(reap);
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -355,10 +257,10 @@ impl Group {
                     member: i as usize,
                     pid: slot.pid.load(SeqCst),
                     alive: members.is_alive(i, me),
-                    wakeups: slot.wakeups.load(SeqCst),
-                    events: slot.events.load(SeqCst),
-                    empty_wakeups: slot.empty_wakeups.load(SeqCst),
-                    token_wakeups: slot.token_wakeups.load(SeqCst),
+                    wakeups: slot.wakeups.get(),
+                    events: slot.events.get(),
+                    empty_wakeups: slot.empty_wakeups.get(),
+                    token_wakeups: slot.token_wakeups.get(),
                     leader: shared.leads_any(i),
                 })
             })

@@ -138,7 +138,11 @@ impl Interest {
 }
 
 /// One readiness event handed to one waiter.
+///
+/// Made by herdless only (`#[non_exhaustive]`): read its fields; a later version may add one
+/// (a hang-up flag, say) without breaking code that reads these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Event {
     /// The key given when the descriptor was registered.
     pub key: usize,

@@ -60,8 +60,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
+mod contract;
 /// Kernel wake-up counters: the lab's measuring tool (`examples/herd`), not part of the API
 /// that herdless promises; hidden from these docs and free to change. Linux counts per thread
 /// (`RUSAGE_THREAD`); other Unix systems per process, which equals the thread's figure only in a
@@ -72,12 +74,14 @@ pub mod counters;
 mod emulated;
 mod error;
 mod group;
+mod inner;
 mod interest;
 mod liveness;
 mod members;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
+mod registry;
 mod shared;
 mod source;
 mod sync;
@@ -85,11 +89,9 @@ mod sync;
 pub mod tokio;
 mod waiter;
 
+pub use contract::{Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
 pub use error::{Error, RawSource, Result};
-pub use group::{
-    Backend, Group, GroupBuilder, MemberStats, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS,
-    MAX_MEMBERS_LIMIT,
-};
+pub use group::{Group, GroupBuilder, MemberStats};
 pub use interest::{Event, Events, Interest};
 pub use source::AsSource;
 pub use waiter::{Notifier, Waiter};

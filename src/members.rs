@@ -67,8 +67,13 @@
 //! suffice (the pid, counters and membership bits written before must be seen by whoever sees
 //! the new state); they are `SeqCst` too because these transitions are rare, and one ordering
 //! for the whole protocol keeps it checkable by loom without a second argument.
+//!
+//! The slot's statistics (wake-ups, events, empty and token wake-ups) are [`Counter`]s, added to
+//! `Relaxed`: nothing is decided by them, and `Group::member_stats` reads a snapshot. Each slot
+//! is one cache line (`#[repr(align(64))]`), so a member's word and counters, written at every
+//! wait, never share a line with another member's.
 
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use crate::error::{Error, Result};
 use crate::liveness::Liveness;
@@ -150,8 +155,10 @@ impl LifeWord {
     }
 }
 
-/// One member's slot in the shared memory.
-#[repr(C)]
+/// One member's slot in the shared memory: one cache line (64 bytes, aligned), so that the
+/// life word a member changes at every `wait` does not share a line with another member's, and
+/// its statistics, added to at every wake-up, stay on the member's own line.
+#[repr(C, align(64))]
 pub(crate) struct MemberSlot {
     /// State, generation and owner (see the module docs); changed only by [`Members`].
     life: LifeWord,
@@ -164,13 +171,35 @@ pub(crate) struct MemberSlot {
     /// whoever would ring its door bell leaves it, since the member is looking anyway.
     pub spinning: AtomicU32,
     /// Times the member's kernel wait returned.
-    pub wakeups: AtomicU64,
+    pub wakeups: Counter,
     /// Events handed to the member's caller.
-    pub events: AtomicU64,
+    pub events: Counter,
     /// Wake-ups for readiness that left nothing to hand over (another member had it).
-    pub empty_wakeups: AtomicU64,
+    pub empty_wakeups: Counter,
     /// Wake-ups that only carried the emulation's token (no event, no notification).
-    pub token_wakeups: AtomicU64,
+    pub token_wakeups: Counter,
+}
+
+/// A statistics counter in a member slot: `Relaxed`, because nothing is ordered by it (the
+/// protocol never reads a counter to decide anything; `Group::member_stats` reads them as a
+/// snapshot). Only the protocol's store-then-load pairs need `SeqCst`, and keep it.
+#[repr(transparent)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`.
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    /// The count now.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+    /// Back to 0, for a new occupant of the slot (published after, by the life word's `SeqCst`
+    /// store, which orders this before any reader that sees the new member).
+    pub(crate) fn reset(&self) {
+        self.0.store(0, Relaxed);
+    }
 }
 
 impl MemberSlot {
@@ -195,10 +224,10 @@ impl MemberSlot {
             pid: AtomicU32::new(0),
             notified: AtomicU32::new(0),
             spinning: AtomicU32::new(0),
-            wakeups: AtomicU64::new(0),
-            events: AtomicU64::new(0),
-            empty_wakeups: AtomicU64::new(0),
-            token_wakeups: AtomicU64::new(0),
+            wakeups: Counter(AtomicU64::new(0)),
+            events: Counter(AtomicU64::new(0)),
+            empty_wakeups: Counter(AtomicU64::new(0)),
+            token_wakeups: Counter(AtomicU64::new(0)),
         }
     }
 }
@@ -307,7 +336,7 @@ impl<'a> Members<'a> {
                     &slot.empty_wakeups,
                     &slot.token_wakeups,
                 ] {
-                    c.store(0, SeqCst);
+                    c.reset();
                 }
                 slot.notified.store(0, SeqCst);
                 // A member killed while it spun leaves the flag set: its successor in the

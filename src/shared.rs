@@ -6,7 +6,7 @@
 //! killed at any instant must not leave the others stuck behind a lock it held. The member
 //! slots ([`MemberSlot`]) belong to the member table (`crate::members`), which alone changes a
 //! slot's state, by compare-and-swap on one word per slot; its statistics are counters any
-//! member adds to. The sources' fields are the emulation's token protocol (`emulated/token.rs`
+//! member adds to. The sources' fields are the emulation's token protocol (`emulated/protocol.rs`
 //! says which of them change by compare-and-swap and which are plain stores, and why).
 
 use std::sync::atomic::Ordering::SeqCst;
@@ -31,11 +31,13 @@ pub(crate) use crate::members::MemberSlot;
 
 /// Words in a source's member bitmap (one bit per possible member).
 #[cfg(not(loom))]
-pub(crate) const MEMBER_WORDS: usize = crate::group::MAX_MEMBERS_LIMIT / 64;
+pub(crate) const MEMBER_WORDS: usize = crate::contract::MAX_MEMBERS_LIMIT / 64;
 #[cfg(loom)]
 pub(crate) const MEMBER_WORDS: usize = 1;
 
-/// One exclusive descriptor shared by the group (emulation only). Each source has its own
+/// One exclusive descriptor shared by the group (emulation only). Its layout lives here, in
+/// the shared mapping; what the protocol does with it lives with the protocol
+/// (`emulated/protocol.rs`). Each source has its own
 /// token, so members that register different sets of descriptors are still all served.
 #[repr(C)]
 pub(crate) struct SourceSlot {
@@ -63,32 +65,19 @@ pub(crate) struct SourceSlot {
     /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
     pub stuck: std::sync::atomic::AtomicU32,
     /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
-    /// pass rings the new leader (see `Token::hold_left`). A hint.
+    /// pass rings the new leader (see `Protocol::hold_left`). A hint.
     pub quiet_claim: std::sync::atomic::AtomicU32,
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog. With a backlog and quick holders it pays for the next
-    /// leaders to spin for their turn rather than sleep (see `Token::spinning_pays`).
+    /// leaders to spin for their turn rather than sleep (see `Protocol::spinning_pays`).
     pub ready_on_arm: std::sync::atomic::AtomicU32,
     /// Which members have registered this source (bit n: member n).
     pub members: [AtomicU64; MEMBER_WORDS],
 }
 
-impl SourceSlot {
-    pub(crate) fn has_member(&self, m: u32) -> bool {
-        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
-    }
-    pub(crate) fn set_member(&self, m: u32, on: bool) {
-        let bit = 1u64 << (m % 64);
-        if on {
-            self.members[m as usize / 64].fetch_or(bit, SeqCst);
-        } else {
-            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
-        }
-    }
-}
-
-/// The fixed part of the shared state.
-#[repr(C)]
+/// The fixed part of the shared state. Aligned to a cache line, so that its size is a multiple of
+/// 64 and the member slots after it each start a line of their own.
+#[repr(C, align(64))]
 pub(crate) struct Header {
     /// One more than the highest slot ever claimed: members live in `0..high`.
     pub high: AtomicU32,
@@ -134,6 +123,15 @@ struct Memory {
 unsafe impl Send for SharedState {}
 // SAFETY: as above; no `&mut` to the memory is ever handed out.
 unsafe impl Sync for SharedState {}
+
+// The layout `Memory::members` relies on: a member slot is one cache line, and the header's
+// size keeps the slots after it on line boundaries.
+#[cfg(not(loom))]
+const _: () = {
+    assert!(std::mem::size_of::<MemberSlot>() == 64);
+    assert!(std::mem::align_of::<MemberSlot>() == 64);
+    assert!(std::mem::size_of::<Header>() % 64 == 0);
+};
 
 #[cfg(not(loom))]
 fn layout(capacity: usize) -> std::alloc::Layout {
@@ -185,8 +183,9 @@ impl Memory {
     }
 
     fn members(&self, capacity: usize) -> &[MemberSlot] {
-        // SAFETY: `capacity` slots follow the header; MemberSlot's alignment (8) divides the
-        // header's size, a multiple of 8; they live as long as self.
+        // SAFETY: `capacity` slots follow the header; MemberSlot's alignment (64) divides the
+        // header's size, a multiple of 64 (both checked at compile time below); they live as
+        // long as self.
         unsafe {
             std::slice::from_raw_parts(
                 self.ptr

@@ -1,5 +1,5 @@
 //! The atomics of the shared state: the standard ones, or loom's under `--cfg loom`, so that the
-//! model checker can explore every interleaving of the token protocol (see `emulated/token.rs`).
+//! model checker can explore every interleaving of the token protocol (see `emulated/protocol.rs`).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};

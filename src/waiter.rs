@@ -8,13 +8,13 @@
 //! waiter goes to the back of the line and the group watches the descriptor again.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::Backend;
 use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
-use crate::group::{Backend, GroupInner};
+use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
 use crate::platform::{NativeNotifier, NativeWaiter};
@@ -90,10 +90,9 @@ impl Waiter {
         let membership = claim.membership();
         let member = membership.member;
         let engine = match group.backend {
-            Backend::Emulated => {
-                EmulatedWaiter::new(&group, membership).map(|e| Engine::Emulated(Box::new(e)))
-            }
-            _ => NativeWaiter::new(&group).map(Engine::Native),
+            Backend::Emulated => EmulatedWaiter::new(&group.protocol(), membership)
+                .map(|e| Engine::Emulated(Box::new(e))),
+            _ => NativeWaiter::new(group.shared.clone(), group.rotation).map(Engine::Native),
         };
         let engine = match engine {
             Ok(engine) => engine,
@@ -134,7 +133,7 @@ impl Waiter {
         let raw = raw_of(&fd);
         match &mut *self.engine {
             Engine::Native(n) => n.add(raw, key, interest),
-            Engine::Emulated(e) => e.add(&self.group, raw, key, interest),
+            Engine::Emulated(e) => e.add(&self.group.protocol(), raw, key, interest),
         }
     }
 
@@ -163,7 +162,7 @@ impl Waiter {
         let raw = raw_of(&fd);
         match &mut *self.engine {
             Engine::Native(n) => n.modify(raw, key, interest),
-            Engine::Emulated(e) => e.modify(&self.group, raw, key, interest),
+            Engine::Emulated(e) => e.modify(&self.group.protocol(), raw, key, interest),
         }
     }
 
@@ -179,7 +178,7 @@ impl Waiter {
         let raw = raw_of(&fd);
         match &mut *self.engine {
             Engine::Native(n) => n.delete(raw),
-            Engine::Emulated(e) => e.delete(&self.group, raw),
+            Engine::Emulated(e) => e.delete(&self.group.protocol(), raw),
         }
     }
 
@@ -206,9 +205,9 @@ impl Waiter {
         let slot = self.group.shared.member(self.member);
         let n = match &mut *self.engine {
             Engine::Native(n) => n.wait(slot, events, timeout),
-            Engine::Emulated(e) => e.wait(&self.group, events, timeout),
+            Engine::Emulated(e) => e.wait(&self.group.protocol(), events, timeout),
         }?;
-        slot.events.fetch_add(n as u64, SeqCst);
+        slot.events.add(n as u64);
         Ok(n)
     }
 
@@ -263,7 +262,7 @@ impl Waiter {
         self.check_process()?;
         match &mut *self.engine {
             Engine::Native(n) => n.consumed(key),
-            Engine::Emulated(e) => e.consumed(&self.group, key),
+            Engine::Emulated(e) => e.consumed(&self.group.protocol(), key),
         }
     }
 
@@ -304,9 +303,10 @@ impl Waiter {
         Notifier {
             inner: match &*self.engine {
                 Engine::Native(n) => NotifierInner::Native(n.notifier()),
-                Engine::Emulated(_) => {
-                    NotifierInner::Emulated(EmulatedNotifier::new(self.group.clone(), self.member))
-                }
+                Engine::Emulated(_) => NotifierInner::Emulated(
+                    self.group.clone(),
+                    EmulatedNotifier::new(&self.group.protocol(), self.member),
+                ),
             },
         }
     }
@@ -334,7 +334,7 @@ impl Drop for Waiter {
         let members = self.group.members();
         let ours = members.begin_leave(&self.membership);
         if let Engine::Emulated(e) = &mut *self.engine {
-            e.leave(&self.group);
+            e.leave(&self.group.protocol());
         }
         // SAFETY: dropped once, here, and never used again.
         unsafe { ManuallyDrop::drop(&mut self.engine) };
@@ -349,7 +349,8 @@ impl Drop for Waiter {
 #[derive(Clone)]
 enum NotifierInner {
     Native(NativeNotifier),
-    Emulated(EmulatedNotifier),
+    /// The group is kept alive by the notifier: it may outlive the waiter.
+    Emulated(Arc<GroupInner>, EmulatedNotifier),
 }
 
 /// Wakes one waiter's `wait`, which then returns 0 events. Cheap to clone; `Send + Sync`.
@@ -374,7 +375,7 @@ impl Notifier {
     pub fn notify(&self) -> Result<()> {
         match &self.inner {
             NotifierInner::Native(n) => n.notify(),
-            NotifierInner::Emulated(e) => e.notify(),
+            NotifierInner::Emulated(group, e) => e.notify(&group.protocol()),
         }
     }
 }

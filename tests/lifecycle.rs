@@ -6,6 +6,9 @@
 //!
 //! `HERDLESS_STORM_ITERATIONS` sets how many storms each test runs (default 10).
 
+// Linux only: forked members killed with SIGKILL, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

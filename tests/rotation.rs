@@ -93,7 +93,7 @@ fn back_to_back_stays_even_under(backend: Backend, rotation: Rotation) {
 }
 
 /// Every message queued before the first is read. The emulation keeps turns among its idle
-/// members (its next leaders spin for their turn here, see `src/emulated/token.rs`); the native
+/// members (its next leaders spin for their turn here, see `src/emulated/protocol.rs`); the native
 /// backend only
 /// promises that nothing is lost (a re-added descriptor that is still readable is ready at once
 /// for the member that re-added it: "Not promised" in the README).

@@ -4,6 +4,9 @@
 //! waiter, every one served; a member that sleeps holding an event, or is stopped with
 //! SIGSTOP, while the others keep reading; character devices refused at `add`.
 
+// Linux only: forked members, SIGSTOP, and tests/common uses pipe2, gettid and /proc.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
 mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

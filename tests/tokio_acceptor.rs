@@ -25,6 +25,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use herdless::{counters, tokio::Acceptor, Backend, Group};
+use herdless_fixtures::{Blocking, SharedCounters};
 use tokio::io::unix::AsyncFd;
 
 const WORKERS: usize = 4;
@@ -75,40 +76,23 @@ impl Outcome {
     }
 }
 
-/// Counters in one anonymous shared mapping, made before `fork` and never unmapped (its
-/// address, so that a task may carry it).
+/// Counters in one anonymous shared mapping, made before `fork` and never unmapped, so that a
+/// task may carry it.
 #[derive(Clone, Copy)]
-struct Shm(usize);
+struct Shm(&'static SharedCounters);
 
 impl Shm {
     fn new(n: usize) -> Shm {
-        // SAFETY: a fresh anonymous shared mapping; never unmapped while the test runs.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Shm(p as usize)
+        Shm(SharedCounters::leaked(n).expect("mmap"))
     }
     fn at(self, worker: usize, slot: usize) -> &'static AtomicU64 {
         assert!(worker < WORKERS && slot < SLOTS);
-        // SAFETY: in bounds (WORKERS * SLOTS entries), zero-filled, and never unmapped.
-        unsafe { &*(self.0 as *const AtomicU64).add(worker * SLOTS + slot) }
+        self.0.get(worker * SLOTS + slot)
     }
 }
 
 fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors on success.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: fresh descriptors owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    herdless_fixtures::pipe(Blocking::Both).expect("pipe")
 }
 
 fn write_byte(fd: RawFd, b: u8) {

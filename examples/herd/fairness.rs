@@ -1,5 +1,6 @@
 //! Who got what: the distribution figures every table of the lab prints next to its timings.
 
+use herdless_fixtures::jain;
 use serde::Serialize;
 
 /// The distribution of events (messages, connections, bytes) over the waiters of one run.
@@ -27,18 +28,6 @@ impl Distribution {
             spread: max - min,
             jain: jain(counts),
         }
-    }
-}
-
-/// Jain's fairness index of `counts`.
-pub fn jain(counts: &[u64]) -> f64 {
-    let n = counts.len() as f64;
-    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
-    let squares: f64 = counts.iter().map(|&c| (c as f64) * (c as f64)).sum();
-    if squares == 0.0 {
-        1.0
-    } else {
-        sum * sum / (n * squares)
     }
 }
 

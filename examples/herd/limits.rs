@@ -16,6 +16,12 @@ pub fn members(flag: &str, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Both checks for `flag` set to `n`: the member count, then the descriptors `needed(n)`.
+pub fn members_and_files(flag: &str, n: usize, needed: fn(usize) -> u64) -> Result<(), String> {
+    members(flag, n)?;
+    open_files(flag, n, needed(n))
+}
+
 /// Checks that one process may hold `needed` descriptors, which `flag` set to `n` asks for.
 /// Raises the soft open-file limit up to the hard one if that is enough (a change to this
 /// process only); refuses otherwise.

@@ -15,7 +15,11 @@ mod fairness;
 #[cfg(target_os = "linux")]
 mod herd_bench;
 #[cfg(target_os = "linux")]
+mod json;
+#[cfg(target_os = "linux")]
 mod limits;
+#[cfg(target_os = "linux")]
+mod net;
 #[cfg(target_os = "linux")]
 mod queue;
 #[cfg(target_os = "linux")]

@@ -2,12 +2,12 @@
 //! queue carrying 8-byte message ids. The producer writes blocking (it waits while the pipe or
 //! queue is full); the waiters share the non-blocking read side and `read_one` message per
 //! wake-up; `finish` stops them through a stop pipe that hangs up.
-//! Also the small pipe helpers the lab's parents and children report through.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use herdless_fixtures::{pipe, write_all, Blocking};
 use serde::Serialize;
 
 /// The size of one message: a u64 id.
@@ -259,70 +259,4 @@ fn open_deepest(name: &CString) -> io::Result<(OwnedFd, i64)> {
         }
         depth = (depth / 2).max(10);
     }
-}
-
-/// Which ends of a pipe block.
-#[derive(PartialEq)]
-pub enum Blocking {
-    /// The shared channel: the waiters' read end never blocks.
-    WriteEnd,
-    /// The parent's report pipes: it reads them blocking.
-    Both,
-}
-
-/// A pipe: (read end, write end).
-pub fn pipe(blocking: Blocking) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptors, owned from here on.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    if blocking == Blocking::Both {
-        return Ok((read, write));
-    }
-    // SAFETY: fcntl on a descriptor we own.
-    let nonblocking = unsafe {
-        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK)
-    };
-    if nonblocking != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((read, write))
-}
-
-pub fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        // SAFETY: writes from a live buffer.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        buf = &buf[n as usize..];
-    }
-    Ok(())
-}
-
-pub fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        // SAFETY: reads into a live buffer.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        match n {
-            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            n => buf = &mut buf[n as usize..],
-        }
-    }
-    Ok(())
 }

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use herdless::{Backend, Events, Group, Interest};
 use serde::Serialize;
 
-use crate::accept::sock_util::{self, accept_one, Epoll, SharedCounters};
+use crate::net::{self, accept_one, Epoll};
+use herdless_fixtures::{self as fixtures, Blocking, SharedCounters};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -214,10 +215,7 @@ pub fn run(args: Args) -> Res<()> {
         print_row(&row);
         rows.push(row);
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
-        println!("\nJSON rows written to {}", path.display());
-    }
+    crate::json::write_rows(args.json.as_deref(), &rows)?;
     Ok(())
 }
 
@@ -286,12 +284,12 @@ fn run_setup(args: &Args, setup: Setup, migrate: Option<String>) -> Res<Row> {
     let (port_keeper, shared, addr) = match setup {
         Setup::Reuseport => {
             let keeper = bound_reuseport()?;
-            let addr = sock_util::v4_addr(&keeper)?;
+            let addr = net::v4_addr(&keeper)?;
             (Some(keeper), None, addr)
         }
         _ => {
-            let l = sock_util::listener(SocketAddrV4::new([127, 0, 0, 1].into(), 0), false)?;
-            let addr = sock_util::v4_addr(&l)?;
+            let l = net::listener(SocketAddrV4::new([127, 0, 0, 1].into(), 0), false)?;
+            let addr = net::v4_addr(&l)?;
             (None, Some(l), addr)
         }
     };
@@ -306,7 +304,7 @@ fn run_setup(args: &Args, setup: Setup, migrate: Option<String>) -> Res<Row> {
         None => None,
     };
     let served = SharedCounters::new(2 * w)?;
-    let (ack_r, ack_w) = sock_util::pipe()?;
+    let (ack_r, ack_w) = fixtures::pipe(Blocking::Both)?;
     let listen = match &shared {
         Some(l) => Listen::Shared(l.as_fd()),
         None => Listen::Own(addr),
@@ -410,7 +408,7 @@ fn sleep_until(at: Instant) {
 
 /// Tells a dormant instance to start, and waits (bounded) for its ready byte.
 fn start(inst: &Instance, ack: &OwnedFd) -> Res<()> {
-    sock_util::write_all(inst.control.as_raw_fd(), b"g")?;
+    fixtures::write_all(inst.control.as_raw_fd(), b"g")?;
     let mut pfd = libc::pollfd {
         fd: ack.as_raw_fd(),
         events: libc::POLLIN,
@@ -421,7 +419,7 @@ fn start(inst: &Instance, ack: &OwnedFd) -> Res<()> {
         return Err(format!("worker {} did not start", inst.pid).into());
     }
     let mut byte = [0u8; 1];
-    sock_util::read_exact(ack.as_raw_fd(), &mut byte)?;
+    fixtures::read_exact(ack.as_raw_fd(), &mut byte)?;
     Ok(())
 }
 
@@ -562,7 +560,7 @@ fn fork_instance(
     served: &SharedCounters,
     ack: RawFd,
 ) -> Res<Instance> {
-    let (control_r, control_w) = sock_util::pipe()?;
+    let (control_r, control_w) = fixtures::pipe(Blocking::Both)?;
     // SAFETY: this process is single-threaded here; the child runs only the worker (std,
     // libc, herdless, Tokio) and leaves by _exit.
     let pid = unsafe { libc::fork() };
@@ -600,8 +598,8 @@ fn worker(
     ack: RawFd,
 ) -> Res<()> {
     let mut go = [0u8; 1];
-    sock_util::read_exact(control.as_raw_fd(), &mut go)?;
-    let (stop_r, stop_w) = sock_util::pipe()?;
+    fixtures::read_exact(control.as_raw_fd(), &mut go)?;
+    let (stop_r, stop_w) = fixtures::pipe(Blocking::Both)?;
     STOP_PIPE.store(stop_w.as_raw_fd(), SeqCst);
     install_sigterm()?;
     let count = || {
@@ -609,11 +607,11 @@ fn worker(
     };
     match (setup, listen, group) {
         (Setup::Reuseport, Listen::Own(addr), _) => {
-            let listener = sock_util::listener(addr, true)?;
+            let listener = net::listener(addr, true)?;
             let epoll = Epoll::new()?;
             epoll.add(listener.as_raw_fd(), libc::EPOLLIN as u32, LISTENER)?;
             epoll.add(stop_r.as_raw_fd(), libc::EPOLLIN as u32, STOP)?;
-            sock_util::write_all(ack, b"r")?;
+            fixtures::write_all(ack, b"r")?;
             serve_raw(&epoll, listener.as_raw_fd(), &count)?;
             // Leaving: the socket closes, and with it its accept queue.
             drop(listener);
@@ -623,7 +621,7 @@ fn worker(
             let flags = (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32;
             epoll.add(l.as_raw_fd(), flags, LISTENER)?;
             epoll.add(stop_r.as_raw_fd(), libc::EPOLLIN as u32, STOP)?;
-            sock_util::write_all(ack, b"r")?;
+            fixtures::write_all(ack, b"r")?;
             serve_raw(&epoll, l.as_raw_fd(), &count)?;
             // Leaving: out of the line; the queue stays with the listener and the others.
             epoll.delete(l.as_raw_fd())?;
@@ -636,7 +634,7 @@ fn worker(
                 Interest::READABLE.exclusive().one_event_round_robin(),
             )?;
             waiter.add(&stop_r, STOP as usize, Interest::READABLE)?;
-            sock_util::write_all(ack, b"r")?;
+            fixtures::write_all(ack, b"r")?;
             let mut events = Events::with_capacity(1);
             loop {
                 waiter.wait(&mut events, None)?;
@@ -677,7 +675,7 @@ fn install_sigterm() -> Res<()> {
 
 /// A raw worker: waits, accepts until `EAGAIN`, answers; returns at the stop byte.
 fn serve_raw(epoll: &Epoll, listener: RawFd, count: &dyn Fn()) -> Res<()> {
-    let mut events = sock_util::event_buffer(4);
+    let mut events = net::event_buffer(4);
     loop {
         let n = epoll.wait(&mut events, -1)?;
         if STOPPING.load(SeqCst) || events[..n].iter().any(|e| e.u64 == STOP) {
@@ -750,10 +748,10 @@ fn tokio_worker(
         let closer = acceptor.closer();
         std::thread::spawn(move || {
             let mut byte = [0u8; 1];
-            let _ = sock_util::read_exact(stop.as_raw_fd(), &mut byte);
+            let _ = fixtures::read_exact(stop.as_raw_fd(), &mut byte);
             closer.close();
         });
-        sock_util::write_all(ack, b"r")?;
+        fixtures::write_all(ack, b"r")?;
         let mut tasks = tokio::task::JoinSet::new();
         loop {
             match acceptor.accept().await {

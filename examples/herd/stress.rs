@@ -14,6 +14,9 @@ use serde::Serialize;
 use crate::fairness::{sketch, Distribution};
 use crate::queue::{read_one, Channel, Read, Workload};
 
+/// The default of the list flag of `Args`: every mode the table compares.
+const DEFAULT_MODES: &str = "native-rr,native-exclusive,emulated-rr,emulated-exclusive";
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Shared descriptors to push messages through.
@@ -26,12 +29,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
     /// herdless modes to check, comma-separated (all by default).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "native-rr,native-exclusive,emulated-rr,emulated-exclusive"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_MODES)]
     modes: Vec<Mode>,
     /// Stop producing after this many seconds per run (what was produced is still checked).
     #[arg(long, default_value_t = 300)]

@@ -3,13 +3,13 @@
 //!
 //! Two members depend on another process in the emulation: the one that last passed the token
 //! (the *watcher*) depends on the new leader, and a leader waiting for the holder to consume the
-//! last event depends on that holder (`Token::dependency`). If that process is killed, the token
+//! last event depends on that holder (`Protocol::dependency`). If that process is killed, the token
 //! or the descriptor would stay with it until someone noticed. On Linux (5.3 and later) the
 //! member opens a pidfd of the process (`pidfd_open(2)`) and adds it to its poller: the pidfd
 //! becomes readable the moment the process ends, after the kernel has dropped its record locks,
 //! so the member wakes, finds it dead through its liveness byte (`crate::liveness`) and clears
 //! it out at once. Elsewhere, and on kernels without pidfds, the periodic check stays
-//! (`token::LIVENESS_CHECK`); with a pidfd in place it stays too, at the slow sweep's period, as
+//! (`protocol::LIVENESS_CHECK`); with a pidfd in place it stays too, at the slow sweep's period, as
 //! the fallback. On macOS and the BSDs kqueue's `EVFILT_PROC` with `NOTE_EXIT` could do the same
 //! (a later step; `polling` exposes it as `os::kqueue::Process`).
 //!

@@ -3,15 +3,16 @@
 //! Each member has its own `polling::Poller` (a Poller lets one thread wait at a time) and a door
 //! bell (`doorbell`). Its own descriptors stay in its poller, level-triggered. Its exclusive
 //! descriptors are in its poller only while it holds their token and their last event has been
-//! consumed (`token` has the protocol); a `sync` before every kernel wait makes the poller match
-//! that rule. So one readiness event wakes one member, members take events in turn, and a
-//! member killed mid-run is cleared out by another (see `crate::liveness` and `crate::members`;
-//! on Linux its death wakes the member that depends on it at once, see `deathwatch`).
+//! consumed (`protocol` has the rules); a `match_poller` before every kernel wait makes the
+//! poller match that rule. So one readiness event wakes one member, members take events in
+//! turn, and a member killed mid-run is cleared out by another (see `crate::liveness` and
+//! `crate::members`; on Linux its death wakes the member that depends on it at once, see
+//! `deathwatch`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder → `pass` hands the token to the next idle member → the event goes to
 //! the caller, who reads and calls `consumed` (or comes back to `wait`) → `release` lets the new
-//! leader watch: its `sync` puts the descriptor in its poller again.
+//! leader watch: its `match_poller` puts the descriptor in its poller again.
 //!
 //! The new leader learns of its turn in one of two ways. Under a backlog with quick holders,
 //! `pass` rings it at once and names the member after it (the deputy, which `release` rings),
@@ -24,30 +25,42 @@
 //! first. So every ready descriptor is reached however many there are, and a wait costs in
 //! proportion to what it returns. Identity: an exclusive descriptor is its open file (device,
 //! inode) and its access mode, so the two ends of a pipe are two sources.
+//!
+//! The rooms: this file is the waiter (its poller, its registrations in a `crate::registry`
+//! table, the candidates of a wait and their hand-out); `protocol` is the token protocol, and
+//! `Protocol` its view of a group, which the handles build and pass in (this backend does not
+//! import them); `identity` says which open file a descriptor is; `doorbell` and `deathwatch`
+//! wake a member; `other_unix` and `windows` hold what differs per system.
 
 mod deathwatch;
 mod doorbell;
+mod identity;
 #[cfg(unix)]
 mod other_unix;
-mod token;
+mod protocol;
 #[cfg(all(windows, not(loom)))]
 mod windows;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use polling::{PollMode, Poller};
 
+use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
-use crate::group::{GroupInner, Rotation};
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
+use crate::liveness::Liveness;
 use crate::members::{Life, Membership};
+use crate::registry::{self, Registry};
+use crate::shared::SharedState;
 use crate::shared::NONE;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
-use token::{Token, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+use identity::{identify, refuse_anonymous};
+pub(crate) use protocol::Protocol;
+use protocol::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -61,23 +74,25 @@ pub(crate) struct EmulatedGroup {
 }
 
 impl EmulatedGroup {
+    /// The protocol's view of the group these door bells belong to: what group.rs passes in.
+    pub(crate) fn protocol<'a>(
+        &'a self,
+        shared: &'a SharedState,
+        live: &'a Liveness,
+        rotation: Rotation,
+    ) -> Protocol<'a> {
+        Protocol {
+            shared,
+            bells: &self.bells,
+            live,
+            rotation,
+        }
+    }
+
     pub(crate) fn new(slots: usize) -> Result<EmulatedGroup> {
         Ok(EmulatedGroup {
             bells: Doorbells::new(slots)?,
         })
-    }
-}
-
-fn token(group: &GroupInner) -> Token<'_> {
-    let emu = group
-        .emulation
-        .as_ref()
-        .expect("an emulated waiter belongs to an emulated group");
-    Token {
-        shared: &group.shared,
-        bells: &emu.bells,
-        live: &group.live,
-        rotation: group.rotation,
     }
 }
 
@@ -100,6 +115,12 @@ struct Registration {
     /// (leader, its last claim, when) if this member, checking on the leader of this
     /// exclusive source, last saw it ready with nobody holding it: the leader may be stuck.
     suspect: Option<(u32, u64, Instant)>,
+}
+
+impl registry::Registered for Registration {
+    fn interest(&self) -> Interest {
+        self.interest
+    }
 }
 
 /// A ready descriptor found by one kernel wait, before it is handed out.
@@ -128,7 +149,7 @@ pub(crate) struct EmulatedWaiter {
     membership: Membership,
     poller: Arc<Poller>,
     /// Registered descriptors by number.
-    registrations: HashMap<RawSource, Registration>,
+    registrations: Registry<Registration>,
     next_seq: u64,
     /// Registration order of the descriptor served last (for serving ready ones in turn).
     last_served: u64,
@@ -136,8 +157,6 @@ pub(crate) struct EmulatedWaiter {
     holding: Vec<(usize, usize)>,
     /// Sources whose line this member goes to the back of when it next goes busy.
     to_back: Vec<usize>,
-    /// How many registrations asked for one event per wait.
-    one_event: usize,
     /// The shared source slots of this member's exclusive registrations.
     sources: Vec<usize>,
     /// The descriptors of those registrations (so that a wait's cost does not grow with the
@@ -152,7 +171,7 @@ pub(crate) struct EmulatedWaiter {
     /// `serve_pending`'s list for poll(2), kept to save an allocation per wait.
     #[cfg(unix)]
     pollfds: Vec<libc::pollfd>,
-    /// `sync`'s list of poller changes, kept to save an allocation per wait.
+    /// `match_poller`'s list of poller changes, kept to save an allocation per wait.
     changes: Vec<(RawSource, bool)>,
     /// The processes this member depends on, whose deaths it waits on (see `deathwatch`).
     deaths: Box<DeathWatch>,
@@ -161,36 +180,34 @@ pub(crate) struct EmulatedWaiter {
 }
 
 impl EmulatedWaiter {
-    pub(crate) fn new(group: &GroupInner, membership: Membership) -> Result<EmulatedWaiter> {
+    pub(crate) fn new(group: &Protocol<'_>, membership: Membership) -> Result<EmulatedWaiter> {
         let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
-        let emu = group.emulation.as_ref().expect("emulated group");
-        emu.bells.drain(me);
+        group.bells.drain(me);
         #[cfg(all(unix, not(loom)))]
         // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
         // an Arc of it), and `leave` deletes it from the poller.
         unsafe {
             poller
                 .add_with_mode(
-                    &emu.bells.watch_end(me),
+                    &group.bells.watch_end(me),
                     polling::Event::readable(DOORBELL_KEY),
                     PollMode::Level,
                 )
                 .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
         #[cfg(all(not(unix), not(loom)))]
-        emu.bells.install(me, poller.clone());
+        group.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
             me,
             membership,
             poller,
-            registrations: HashMap::new(),
+            registrations: Registry::new(),
             next_seq: 0,
             last_served: u64::MAX,
             holding: Vec::new(),
             to_back: Vec::new(),
-            one_event: 0,
             sources: Vec::new(),
             exclusive_fds: Vec::new(),
             raw_events: polling::Events::new(),
@@ -207,7 +224,7 @@ impl EmulatedWaiter {
 
     pub(crate) fn add(
         &mut self,
-        group: &GroupInner,
+        group: &Protocol<'_>,
         fd: RawSource,
         key: usize,
         interest: Interest,
@@ -218,7 +235,7 @@ impl EmulatedWaiter {
                 return Err(Error::AlreadyRegistered { fd });
             }
             // The old descriptor was closed and its number reused: forget the old one.
-            self.forget(&token(group), fd);
+            self.forget(group, fd);
         }
         let source = match interest.is_exclusive() {
             true => {
@@ -261,41 +278,39 @@ impl EmulatedWaiter {
             },
         );
         self.next_seq += 1;
-        self.one_event += usize::from(interest.is_one_event_round_robin());
         Ok(())
     }
 
     pub(crate) fn modify(
         &mut self,
-        group: &GroupInner,
+        group: &Protocol<'_>,
         fd: RawSource,
         key: usize,
         interest: Interest,
     ) -> Result<()> {
         let old = self
             .registrations
-            .get(&fd)
-            .map(|r| (r.key, r.interest))
-            .ok_or(Error::NotRegistered { fd })?;
+            .registered(fd)
+            .map(|r| (r.key, r.interest))?;
         // Check the new registration before touching the old one.
         if interest.is_exclusive() {
             group.shared.source_index(identify(fd)?)?;
         }
-        self.delete(group, fd)?;
-        if let Err(e) = self.add(group, fd, key, interest) {
-            self.add(group, fd, old.0, old.1)?;
-            return Err(e);
-        }
-        Ok(())
+        registry::replace(
+            self,
+            old,
+            (key, interest),
+            |w| w.delete(group, fd),
+            |w, key, interest| w.add(group, fd, key, interest),
+        )
     }
 
-    pub(crate) fn delete(&mut self, group: &GroupInner, fd: RawSource) -> Result<()> {
-        self.forget(&token(group), fd)
-            .ok_or(Error::NotRegistered { fd })
+    pub(crate) fn delete(&mut self, group: &Protocol<'_>, fd: RawSource) -> Result<()> {
+        self.forget(group, fd).ok_or(Error::NotRegistered { fd })
     }
 
-    pub(crate) fn consumed(&mut self, group: &GroupInner, key: usize) -> Result<()> {
-        let tk = token(group);
+    pub(crate) fn consumed(&mut self, group: &Protocol<'_>, key: usize) -> Result<()> {
+        let tk = group;
         let me = self.me;
         let mut i = 0;
         while i < self.holding.len() {
@@ -303,7 +318,7 @@ impl EmulatedWaiter {
             if k == key {
                 self.holding.swap_remove(i);
                 tk.release(s, me);
-                self.end_turn(&tk, s);
+                self.end_turn(tk, s);
             } else {
                 i += 1;
             }
@@ -312,9 +327,9 @@ impl EmulatedWaiter {
     }
 
     /// `Rotation::Adaptive`: this member consumed an event of source `s`; if its turn ends
-    /// (`Token::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
+    /// (`Protocol::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
     /// goes to the back of the line.
-    fn end_turn(&mut self, tk: &Token<'_>, s: usize) {
+    fn end_turn(&mut self, tk: &Protocol<'_>, s: usize) {
         if tk.rotation != Rotation::Adaptive {
             return;
         }
@@ -336,7 +351,7 @@ impl EmulatedWaiter {
         }
     }
 
-    fn release_source(&mut self, tk: &Token<'_>, source: usize) {
+    fn release_source(&mut self, tk: &Protocol<'_>, source: usize) {
         let me = self.me;
         self.holding.retain(|&(s, _)| {
             if s == source {
@@ -347,7 +362,7 @@ impl EmulatedWaiter {
     }
 
     /// After a look at sources it just started watching: were they ready at once?
-    fn note_backlog(&self, tk: &Token<'_>) {
+    fn note_backlog(&self, tk: &Protocol<'_>) {
         for fd in &self.exclusive_fds {
             let reg = &self.registrations[fd];
             let Some(s) = reg.source else { continue };
@@ -360,7 +375,7 @@ impl EmulatedWaiter {
 
     /// Makes the poller hold exactly the exclusive descriptors this member must watch now: those
     /// it leads whose last event has been consumed. Returns whether it added any.
-    fn sync(&mut self, tk: &Token<'_>) -> Result<bool> {
+    fn match_poller(&mut self, tk: &Protocol<'_>) -> Result<bool> {
         #[cfg(all(windows, not(loom)))]
         self.forget_closed_sockets(tk);
         let me = self.me;
@@ -379,8 +394,8 @@ impl EmulatedWaiter {
         result
     }
 
-    /// Adds to or deletes from the poller, as `sync` found needed; returns whether it added any.
-    fn apply(&mut self, tk: &Token<'_>, changes: &[(RawSource, bool)]) -> Result<bool> {
+    /// Adds to or deletes from the poller, as `match_poller` found needed; returns whether it added any.
+    fn apply(&mut self, tk: &Protocol<'_>, changes: &[(RawSource, bool)]) -> Result<bool> {
         let mut added = false;
         for &(fd, want) in changes {
             let interest = self.registrations[&fd].interest;
@@ -407,9 +422,8 @@ impl EmulatedWaiter {
 
     /// Forgets a registration (deleted, or its descriptor closed): out of the poller, out of its
     /// source's line, its claim released and its token passed on.
-    fn forget(&mut self, tk: &Token<'_>, fd: RawSource) -> Option<()> {
-        let reg = self.registrations.remove(&fd)?;
-        self.one_event -= usize::from(reg.interest.is_one_event_round_robin());
+    fn forget(&mut self, tk: &Protocol<'_>, fd: RawSource) -> Option<()> {
+        let reg = self.registrations.remove(fd)?;
         if reg.in_poller {
             self.poller_delete(fd);
         }
@@ -427,24 +441,24 @@ impl EmulatedWaiter {
 
     pub(crate) fn wait(
         &mut self,
-        group: &GroupInner,
+        group: &Protocol<'_>,
         events: &mut Events,
         timeout: Option<Duration>,
     ) -> Result<usize> {
-        let tk = token(group);
+        let tk = group;
         let me = self.me;
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Coming back to wait: what was handed out last time has been consumed.
         while let Some((s, _)) = self.holding.pop() {
             tk.release(s, me);
-            self.end_turn(&tk, s);
+            self.end_turn(tk, s);
         }
         // Through the member table, against this occupancy: a slot being reaped stays reaped.
         if !group.members().go_idle(&self.membership) {
             return Err(crate::members::lost_slot());
         }
-        let result = self.wait_idle(&tk, events, deadline);
+        let result = self.wait_idle(tk, events, deadline);
         // Going busy: pass on every token this member has, so the group keeps listening, and go
         // to the back of the lines where it is due.
         if !group.members().go_busy(&self.membership) {
@@ -462,13 +476,13 @@ impl EmulatedWaiter {
 
     fn wait_idle(
         &mut self,
-        tk: &Token<'_>,
+        tk: &Protocol<'_>,
         events: &mut Events,
         deadline: Option<Instant>,
     ) -> Result<usize> {
         let me = self.me;
         let slot = tk.shared.member(me);
-        let limit = if self.one_event > 0 { 1 } else { events.room() };
+        let limit = self.registrations.events_per_wait(events.room());
         let mut first = true;
         loop {
             // Every way round this loop (a spin, a probe, a bell, a stale queue) honours the
@@ -489,8 +503,8 @@ impl EmulatedWaiter {
                 }
             }
             // Just started watching a source: look once without sleeping, to learn whether
-            // it has a backlog (see `Token::spinning_pays`).
-            let probe = self.sync(tk)?;
+            // it has a backlog (see `Protocol::spinning_pays`).
+            let probe = self.match_poller(tk)?;
             // The processes this member depends on: their deaths wake it (a pidfd in its
             // poller, on Linux), and the periodic check stays as the fallback.
             self.depends_on.clear();
@@ -533,7 +547,7 @@ impl EmulatedWaiter {
                 .min();
             if self.spin_for_release(tk, deadline) {
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    slot.wakeups.fetch_add(1, SeqCst);
+                    slot.wakeups.add(1);
                     return Ok(0);
                 }
                 continue;
@@ -593,18 +607,18 @@ impl EmulatedWaiter {
                     return Ok(0);
                 }
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    slot.wakeups.fetch_add(1, SeqCst);
+                    slot.wakeups.add(1);
                     return Ok(0);
                 }
                 if check_every.is_none() {
                     // Woken with nothing: a door bell where bells are the poller's notify, or
-                    // the look at the holds of active sources (`Token::hold_left`).
-                    slot.wakeups.fetch_add(1, SeqCst);
-                    slot.token_wakeups.fetch_add(1, SeqCst);
+                    // the look at the holds of active sources (`Protocol::hold_left`).
+                    slot.wakeups.add(1);
+                    slot.token_wakeups.add(1);
                 }
                 continue;
             }
-            slot.wakeups.fetch_add(1, SeqCst);
+            slot.wakeups.add(1);
             // On Windows a bell leaves no event to see: look at the flag every time.
             let rung = self.collect_candidates(tk) || cfg!(windows);
             if rung {
@@ -617,9 +631,9 @@ impl EmulatedWaiter {
                 return Ok(events.len());
             }
             if found_readiness {
-                slot.empty_wakeups.fetch_add(1, SeqCst);
+                slot.empty_wakeups.add(1);
             } else {
-                slot.token_wakeups.fetch_add(1, SeqCst);
+                slot.token_wakeups.add(1);
             }
         }
     }
@@ -641,7 +655,7 @@ impl EmulatedWaiter {
     /// instead of sleeping, under a backlog with quick holders: the holder then consumes
     /// within microseconds, while a member asleep costs a kernel wake-up on the critical path
     /// (on a virtual machine, tens of microseconds when its CPU has gone idle). Door bells for
-    /// a spinning member are left unrung (see `Token::wake`).
+    /// a spinning member are left unrung (see `Protocol::wake`).
     ///
     /// Each source is looked at on its own: the spin is for the sources this member waits on
     /// when it starts, and it ends when one of those is no longer waited on (its turn came, or
@@ -649,14 +663,14 @@ impl EmulatedWaiter {
     /// a member that leads one source and is the deputy of another cannot feed its own loop.
     /// Returns whether one of them changed, or a notification came (loop again), rather than
     /// timed out.
-    fn spin_for_release(&self, tk: &Token<'_>, deadline: Option<Instant>) -> bool {
+    fn spin_for_release(&self, tk: &Protocol<'_>, deadline: Option<Instant>) -> bool {
         if cfg!(loom) {
             return false; // the model checker sees the protocol without spinning
         }
         let me = self.me;
         let slot = tk.shared.member(me);
         // Bit i: the member waits for its turn on `self.sources[i]`.
-        let waiting = |tk: &Token<'_>| {
+        let waiting = |tk: &Protocol<'_>| {
             self.sources
                 .iter()
                 .take(64)
@@ -668,8 +682,9 @@ impl EmulatedWaiter {
         if at_start == 0 {
             return false;
         }
-        let changed =
-            |tk: &Token<'_>| slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start;
+        let changed = |tk: &Protocol<'_>| {
+            slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start
+        };
         slot.spinning.store(1, SeqCst);
         let mut until = Instant::now() + SPIN_FOR_RELEASE;
         if let Some(d) = deadline {
@@ -687,7 +702,7 @@ impl EmulatedWaiter {
 
     /// Turns the poller's events into ready descriptors queued in turn order, behind those
     /// queued already; returns whether the bell rang.
-    fn collect_candidates(&mut self, tk: &Token<'_>) -> bool {
+    fn collect_candidates(&mut self, tk: &Protocol<'_>) -> bool {
         let mut rung = false;
         self.candidates.clear();
         for ev in self.raw_events.iter() {
@@ -739,7 +754,7 @@ impl EmulatedWaiter {
     /// event per wait, else as many as fit. One found by an earlier kernel wait is looked at
     /// again first (one poll(2) for all of them), and dropped if no longer ready. An exclusive
     /// one is handed out only if this member still leads its source and wins its claim.
-    fn serve_pending(&mut self, tk: &Token<'_>, events: &mut Events, limit: usize) {
+    fn serve_pending(&mut self, tk: &Protocol<'_>, events: &mut Events, limit: usize) {
         while events.len() < limit && !self.pending.is_empty() {
             let window = (limit - events.len()).min(self.pending.len()).min(4096);
             self.look_again(window);
@@ -773,7 +788,7 @@ impl EmulatedWaiter {
                 let interest = self.registrations.get(&p.fd).map(|r| r.interest);
                 pollfds.push(libc::pollfd {
                     fd: p.fd,
-                    events: interest.map_or(0, poll_events),
+                    events: interest.map_or(0, registry::poll_events),
                     revents: 0,
                 });
             }
@@ -809,7 +824,7 @@ impl EmulatedWaiter {
 
     /// Hands out one queued ready descriptor, if it is still registered as it was, still ready
     /// and (exclusive) still led by this member and claimed by it.
-    fn hand_one(&mut self, tk: &Token<'_>, p: Pending, events: &mut Events) {
+    fn hand_one(&mut self, tk: &Protocol<'_>, p: Pending, events: &mut Events) {
         let me = self.me;
         let Some(reg) = self.registrations.get_mut(&p.fd) else {
             return;
@@ -839,7 +854,7 @@ impl EmulatedWaiter {
     /// For the exclusive sources whose leader this member checks on: a source ready while
     /// nobody holds it and its leader claims nothing for `TAKE_BOUND` has a stuck leader
     /// (stopped, or handed the token while stopped): this member takes the token from it.
-    fn look_for_stuck(&mut self, tk: &Token<'_>) {
+    fn look_for_stuck(&mut self, tk: &Protocol<'_>) {
         let me = self.me;
         for &fd in &self.exclusive_fds {
             let Some(reg) = self.registrations.get_mut(&fd) else {
@@ -871,8 +886,8 @@ impl EmulatedWaiter {
     }
 
     /// Leaves the group: frees what this member holds and passes its tokens on.
-    pub(crate) fn leave(&mut self, group: &GroupInner) {
-        let tk = token(group);
+    pub(crate) fn leave(&mut self, group: &Protocol<'_>) {
+        let tk = group;
         let me = self.me;
         for (s, _) in std::mem::take(&mut self.holding) {
             tk.release(s, me);
@@ -906,20 +921,8 @@ impl EmulatedWaiter {
         // SAFETY: the caller registered this open descriptor and must keep it open until it is
         // deleted; we delete it from the poller on `delete`, when the member stops watching it,
         // and when the member leaves.
-        unsafe { self.poller.add_with_mode(fd, ev, PollMode::Level) }.map_err(|e| {
-            match e.raw_os_error() {
-                #[cfg(unix)]
-                Some(libc::EBADF) => Error::BadDescriptor { fd },
-                #[cfg(unix)]
-                Some(libc::EPERM) => Error::UnwatchableDescriptor {
-                    fd,
-                    reason: crate::error::eperm_reason(fd),
-                },
-                #[cfg(unix)]
-                Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
-                _ => Error::io("adding a descriptor to the member's poller", e),
-            }
-        })
+        unsafe { self.poller.add_with_mode(fd, ev, PollMode::Level) }
+            .map_err(|e| registry::refusal(fd, e, "adding a descriptor to the member's poller"))
     }
 
     fn poller_delete(&self, fd: RawSource) {
@@ -937,79 +940,12 @@ impl EmulatedWaiter {
     }
 }
 
-/// The identity of the open file behind `fd` and its direction (non-zero), shared by every
-/// process and every duplicate of it; refuses what no backend can watch.
-#[cfg(unix)]
-fn identify(fd: RawSource) -> Result<u64> {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EBADF) => Error::BadDescriptor { fd },
-            _ => Error::io("inspecting a descriptor", e),
-        });
-    }
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG if !is_message_queue(fd) => {
-            return Err(Error::UnwatchableDescriptor {
-                fd,
-                reason: "a regular file is always ready; readiness polling does not apply",
-            })
-        }
-        libc::S_IFDIR => {
-            return Err(Error::UnwatchableDescriptor {
-                fd,
-                reason: "a directory cannot be polled",
-            })
-        }
-        _ => {}
-    }
-    // macOS and the BSDs: a descriptor whose fstat gives no identity (see `other_unix`).
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    if other_unix::has_no_identity(&st) {
-        if let Some(id) = other_unix::identity_without_inode(fd, &st) {
-            return Ok(id);
-        }
-    }
-    // The two ends of a pipe (or FIFO) share one device and inode: the access mode tells them
-    // apart, and it is the same in every duplicate and every process.
-    // SAFETY: F_GETFL only reads the descriptor's flags.
-    let mode = match unsafe { libc::fcntl(fd, libc::F_GETFL) } {
-        -1 => 0,
-        flags => (flags & libc::O_ACCMODE) as u64,
-    };
-    let mix = |mut x: u64| {
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    };
-    Ok(mix(mix(mix(st.st_dev as u64) ^ st.st_ino as u64) ^ mode).max(1))
-}
-
-/// poll(2)'s events for an interest.
-#[cfg(unix)]
-fn poll_events(interest: Interest) -> libc::c_short {
-    let mut events = 0;
-    if interest.is_readable() {
-        events |= libc::POLLIN;
-    }
-    if interest.is_writable() {
-        events |= libc::POLLOUT;
-    }
-    if interest.is_priority() {
-        events |= libc::POLLPRI;
-    }
-    events
-}
-
 /// Is `fd` ready for `interest` right now? (One poll(2) that does not wait.)
 #[cfg(unix)]
 fn ready_now(fd: RawSource, interest: Interest) -> bool {
     let mut pfd = libc::pollfd {
         fd,
-        events: poll_events(interest),
+        events: registry::poll_events(interest),
         revents: 0,
     };
     // SAFETY: polls one live pollfd without waiting.
@@ -1022,81 +958,11 @@ fn ready_now(_fd: RawSource, _interest: Interest) -> bool {
     false
 }
 
-/// Anonymous-inode descriptors (eventfd, timerfd, signalfd, epoll, pidfd) all share one inode,
-/// so the emulation cannot tell two of them apart across members: refused as exclusive.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn refuse_anonymous(fd: RawSource) -> Result<()> {
-    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
-    if target.to_string_lossy().starts_with("anon_inode:") {
-        return Err(Error::UnwatchableDescriptor {
-            fd,
-            reason: "an anonymous-inode descriptor (eventfd, timerfd, signalfd, epoll) has no \
-                     identity the emulation can share between members: register it without \
-                     exclusive, or use the native backend",
-        });
-    }
-    Ok(())
-}
-
-/// macOS and the BSDs: what has no identity there (see `other_unix`).
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
-use other_unix::refuse_anonymous;
-
-#[cfg(not(unix))]
-fn refuse_anonymous(_fd: RawSource) -> Result<()> {
-    Ok(())
-}
-
-/// Is `fd` a POSIX message queue? (Linux shows them as regular files of the mqueue file
-/// system, and they are pollable.)
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn is_message_queue(fd: RawSource) -> bool {
-    const MQUEUE_MAGIC: i64 = 0x1980_0202;
-    // SAFETY: statfs is plain data; fstatfs fills it or fails.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs only reads the descriptor number and writes the live struct.
-    unsafe { libc::fstatfs(fd, &mut fs) == 0 && fs.f_type as i64 == MQUEUE_MAGIC }
-}
-
-/// Elsewhere no queue looks like a regular file: macOS has no POSIX message queues, and a
-/// FreeBSD queue's descriptor (`mq_getfd_np`) is a FIFO-like file with no identity, which
-/// `other_unix` refuses as exclusive.
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
-fn is_message_queue(_fd: RawSource) -> bool {
-    false
-}
-
-/// On Windows members are threads of one process: the socket number is the identity.
-#[cfg(windows)]
-fn identify(fd: RawSource) -> Result<u64> {
-    #[cfg(not(loom))]
-    windows::check_socket(fd)?;
-    Ok(fd.wrapping_add(1).max(1))
-}
-
 /// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? `None` where the
 /// emulation cannot ask (Windows): the caller falls back on the backlog average.
 #[cfg(unix)]
 fn still_ready(fd: RawSource, interest: Interest) -> Option<bool> {
-    let mut events = 0;
-    if interest.is_readable() {
-        events |= libc::POLLIN;
-    }
-    if interest.is_writable() {
-        events |= libc::POLLOUT;
-    }
-    if interest.is_priority() {
-        events |= libc::POLLPRI;
-    }
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    // Hang-ups and errors are not a backlog: the turn ends.
-    Some(n == 1 && pfd.revents & events != 0)
+    Some(registry::still_ready(fd, interest))
 }
 
 #[cfg(not(unix))]
@@ -1105,14 +971,13 @@ fn still_ready(_fd: RawSource, _interest: Interest) -> Option<bool> {
 }
 
 /// Clears out member `m` of an emulated group, found dead in word `seen`.
-pub(crate) fn reap_member(group: &GroupInner, m: u32, seen: Life) {
-    token(group).reap(m, seen);
+pub(crate) fn reap_member(group: &Protocol<'_>, m: u32, seen: Life) {
+    group.reap(m, seen);
 }
 
 /// Wakes one emulated member, from any thread or any process of the group.
 #[derive(Clone)]
 pub(crate) struct EmulatedNotifier {
-    group: Arc<GroupInner>,
     member: u32,
     /// The slot's generation when the member joined: once it left, another member may use the
     /// slot, and this notifier must not wake that one.
@@ -1120,22 +985,18 @@ pub(crate) struct EmulatedNotifier {
 }
 
 impl EmulatedNotifier {
-    pub(crate) fn new(group: Arc<GroupInner>, member: u32) -> EmulatedNotifier {
+    pub(crate) fn new(group: &Protocol<'_>, member: u32) -> EmulatedNotifier {
         let generation = group.shared.member(member).generation();
-        EmulatedNotifier {
-            group,
-            member,
-            generation,
-        }
+        EmulatedNotifier { member, generation }
     }
 
-    pub(crate) fn notify(&self) -> Result<()> {
-        let slot = self.group.shared.member(self.member);
+    pub(crate) fn notify(&self, group: &Protocol<'_>) -> Result<()> {
+        let slot = group.shared.member(self.member);
         if slot.generation() != self.generation {
             return Ok(()); // the member left: there is nobody to wake
         }
         slot.notified.store(1, SeqCst);
-        token(&self.group).wake(self.member);
+        group.wake(self.member);
         Ok(())
     }
 }
@@ -1163,12 +1024,16 @@ mod tests {
         inner.members().publish(claim).unwrap();
         let me = membership.member;
         let other = inner.shared.claim_slot(std::process::id()).unwrap();
-        let mut waiter = EmulatedWaiter::new(inner, membership).unwrap();
+        let mut waiter = EmulatedWaiter::new(&inner.protocol(), membership).unwrap();
         let (a, _a_w) = pipe();
         let (b, _b_w) = pipe();
         let exclusive = Interest::READABLE.exclusive();
-        waiter.add(inner, a.as_raw_fd(), 0, exclusive).unwrap();
-        waiter.add(inner, b.as_raw_fd(), 1, exclusive).unwrap();
+        waiter
+            .add(&inner.protocol(), a.as_raw_fd(), 0, exclusive)
+            .unwrap();
+        waiter
+            .add(&inner.protocol(), b.as_raw_fd(), 1, exclusive)
+            .unwrap();
         let (sa, sb) = (waiter.sources[0], waiter.sources[1]);
         let src = |s| inner.shared.source(s);
         src(sa).leader.store(me, SeqCst);
@@ -1178,22 +1043,27 @@ mod tests {
             src(s).ready_on_arm.store(1024, SeqCst);
             src(s).hold_ns.store(0, SeqCst);
         }
-        let tk = token(inner);
+        let tk = &inner.protocol();
         let start = Instant::now();
         assert!(
-            !waiter.spin_for_release(&tk, None),
+            !waiter.spin_for_release(tk, None),
             "leading A counted as a change for B"
         );
         assert!(start.elapsed() < Duration::from_secs(1), "the spin overran");
         let mut events = Events::with_capacity(4);
         let timeout = Duration::from_millis(100);
         let start = Instant::now();
-        assert_eq!(waiter.wait(inner, &mut events, Some(timeout)).unwrap(), 0);
+        assert_eq!(
+            waiter
+                .wait(&inner.protocol(), &mut events, Some(timeout))
+                .unwrap(),
+            0
+        );
         let took = start.elapsed();
         assert!(
             took >= timeout && took < timeout + Duration::from_secs(1),
             "wait({timeout:?}) took {took:?}"
         );
-        waiter.leave(inner);
+        waiter.leave(&inner.protocol());
     }
 }

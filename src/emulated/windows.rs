@@ -20,7 +20,7 @@ use windows_sys::Win32::Networking::WinSock::{
     getsockopt, WSAGetLastError, SOCKET, SOL_SOCKET, SO_TYPE, WSAENOTSOCK, WSANOTINITIALISED,
 };
 
-use super::token::Token;
+use super::protocol::Protocol;
 use super::EmulatedWaiter;
 use crate::error::{Error, RawSource, Result};
 
@@ -69,7 +69,7 @@ fn handle_is_open(fd: RawSource) -> bool {
 impl EmulatedWaiter {
     /// Before a kernel wait: forgets the sockets in the poller that are no longer open (closed
     /// without `delete`), deleting them from the poller first (see the module's text).
-    pub(super) fn forget_closed_sockets(&mut self, tk: &Token<'_>) {
+    pub(super) fn forget_closed_sockets(&mut self, tk: &Protocol<'_>) {
         while let Some(fd) = self
             .registrations
             .iter()

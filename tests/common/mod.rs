@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use herdless::{Backend, Group, Rotation};
@@ -71,21 +71,11 @@ pub const MSG: usize = 8;
 
 /// A pipe: (read end, non-blocking; write end, blocking).
 pub fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors on success.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: fresh descriptors, owned from here on.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    set_nonblocking(r.as_raw_fd());
-    (r, w)
+    herdless_fixtures::pipe(herdless_fixtures::Blocking::WriteEnd).expect("pipe")
 }
 
 pub fn set_nonblocking(fd: RawFd) {
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
-    }
+    herdless_fixtures::set_nonblocking(fd).expect("fcntl");
 }
 
 /// Writes one message (atomic: 8 bytes < PIPE_BUF).
@@ -122,29 +112,11 @@ pub fn vcsw() -> u64 {
 /// Waits (bounded) until every listed thread sleeps in the kernel's wait. Checks the real
 /// condition in /proc; it is not a timed sleep.
 pub fn until_asleep(pid: u32, tids: &[i32]) {
-    let start = Instant::now();
-    while !tids
-        .iter()
-        .all(|&t| herdless::counters::asleep_in_wait(pid, t))
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "waiters never fell asleep in the kernel"
-        );
-        std::thread::yield_now();
-    }
+    let threads: Vec<(u32, i32)> = tids.iter().map(|&t| (pid, t)).collect();
+    herdless_fixtures::until_asleep(&threads, Duration::from_secs(20)).unwrap();
 }
 
-/// Jain's fairness index of a distribution (1 = perfectly even).
-pub fn jain(counts: &[u64]) -> f64 {
-    let n = counts.len() as f64;
-    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
-    let squares: f64 = counts.iter().map(|&c| (c as f64) * (c as f64)).sum();
-    if squares == 0.0 {
-        return 1.0;
-    }
-    sum * sum / (n * squares)
-}
+pub use herdless_fixtures::jain;
 
 /// What one turn-taking run measured.
 #[derive(Debug, Clone)]
@@ -580,13 +552,8 @@ fn outcome(results: Vec<(u64, u64, u64, Vec<u64>)>) -> Outcome {
     out
 }
 
-pub fn write_all(fd: RawFd, mut buf: &[u8]) {
-    while !buf.is_empty() {
-        // SAFETY: writes from a live buffer.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        assert!(n > 0, "write: {}", io::Error::last_os_error());
-        buf = &buf[n as usize..];
-    }
+pub fn write_all(fd: RawFd, buf: &[u8]) {
+    herdless_fixtures::write_all(fd, buf).expect("write");
 }
 
 /// Reads one acknowledgement; a group that stays stuck for 30 s fails the test (a liveness
@@ -603,14 +570,6 @@ fn read_ack(fd: RawFd, buf: &mut [u8]) {
     read_exact(fd, buf);
 }
 
-pub fn read_exact(fd: RawFd, mut buf: &mut [u8]) {
-    while !buf.is_empty() {
-        // SAFETY: reads into a live buffer.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        assert!(n > 0, "read: {n} {}", io::Error::last_os_error());
-        buf = &mut buf[n as usize..];
-    }
+pub fn read_exact(fd: RawFd, buf: &mut [u8]) {
+    herdless_fixtures::read_exact(fd, buf).expect("read");
 }

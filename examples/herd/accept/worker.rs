@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use herdless::{Events, Group, Interest};
 
-use super::sock_util::{self, accept_one, busy_for, Epoll, SharedCounters};
+use crate::net::{self, accept_one, Epoll};
+use herdless_fixtures::{self as fixtures, busy_for, SharedCounters};
 
 /// What a worker counts, one slot each per worker in the shared counters.
 #[derive(Clone, Copy)]
@@ -68,11 +69,11 @@ impl Worker<'_> {
     /// Waits for the go byte, registers, acknowledges, then serves until the stop byte.
     pub fn run(&self) -> Result<(), Box<dyn std::error::Error>> {
         let mut go = [0u8; 1];
-        sock_util::read_exact(self.control.as_raw_fd(), &mut go)?;
+        fixtures::read_exact(self.control.as_raw_fd(), &mut go)?;
         match self.mode {
             Mode::Raw(mode) => {
                 let epoll = self.register_raw(mode)?;
-                sock_util::write_all(self.ack, &[1])?;
+                fixtures::write_all(self.ack, &[1])?;
                 self.serve_raw(&epoll, mode)
             }
             Mode::Herdless(group) => {
@@ -80,7 +81,7 @@ impl Worker<'_> {
                 let shared = Interest::READABLE.exclusive().one_event_round_robin();
                 waiter.add(self.listener, LISTENER as usize, shared)?;
                 waiter.add(&self.control, CONTROL as usize, Interest::READABLE)?;
-                sock_util::write_all(self.ack, &[1])?;
+                fixtures::write_all(self.ack, &[1])?;
                 self.serve_herdless(&mut waiter)
             }
         }
@@ -94,7 +95,7 @@ impl Worker<'_> {
     }
 
     fn serve_raw(&self, epoll: &Epoll, mode: RawMode) -> Result<(), Box<dyn std::error::Error>> {
-        let mut events = sock_util::event_buffer(8);
+        let mut events = net::event_buffer(8);
         let mut accepted = 0u64;
         loop {
             let n = epoll.wait(&mut events, -1)?;

@@ -5,20 +5,18 @@
 //! robin. Each row reports time, kernel-level wake-ups per message (voluntary context switches
 //! of the waiters), user-level empty wake-ups, and who got what.
 //!
-//! This file holds the command line and the order of the runs; `herd_run.rs` runs one row and
-//! `herd_report.rs` prints the table and writes the JSON and SVG.
+//! This file holds the command line and the order of the runs; `run.rs` runs one row and
+//! `report.rs` prints the table and writes the JSON and SVG.
 
-#[path = "herd_report.rs"]
 mod report;
-#[path = "herd_run.rs"]
-mod rows;
+mod run;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::queue::Workload;
 use report::{Outcome, Report};
-use rows::{Mode, Refusal, Rotate, RowSpec};
+use run::{Mode, Refusal, Rotate, RowSpec};
 
 /// Messages per row in the default comparison (per waiter count and mode).
 const DEFAULT_MESSAGES: u64 = 200_000;
@@ -26,6 +24,9 @@ const DEFAULT_MESSAGES: u64 = 200_000;
 const DEFAULT_PLAIN_CAP: u64 = 20_000;
 /// From this many waiters up, plain's herd makes every message cost hundreds of wake-ups.
 const HERD_SIZE: usize = 100;
+
+/// The default of the list flag of `Args`: every mode the table compares.
+const DEFAULT_MODES: &str = "plain,native-exclusive,native-rr,emulated-rr";
 
 /// Flags of `herd pipe` and `herd mq`.
 #[derive(clap::Args, Debug, Clone)]
@@ -47,12 +48,7 @@ pub struct Args {
     /// exclusivity), native-exclusive (raw EPOLLEXCLUSIVE, no rotation), native-rr (herdless
     /// native, rotate every event, one event round robin), emulated-rr (herdless token passing,
     /// likewise).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "plain,native-exclusive,native-rr,emulated-rr"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_MODES)]
     modes: Vec<Mode>,
     /// Rotation settings of the herdless round-robin modes (native-rr, emulated-rr), each run
     /// as its own line side by side, comma-separated: `adaptive` (the library's default:
@@ -145,7 +141,7 @@ fn compare(
     for (i, (run, spec)) in specs.iter().enumerate() {
         eprint!("herd: [{}/{}] {} ... ", i + 1, specs.len(), spec.label);
         let row_start = Instant::now();
-        let result = rows::run_row(spec);
+        let result = run::run_row(spec);
         match &result {
             Ok(m) => eprintln!(
                 "{:.2} s, {:.2} kernel wake-ups/message",
@@ -244,7 +240,7 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
                     rotations.into_iter().map(move |r| (mode, r))
                 });
                 for (mode, rotate_every) in setups {
-                    let setup = rows::Setup { mode, rotate_every };
+                    let setup = run::Setup { mode, rotate_every };
                     let capped = mode == Mode::Plain && waiters >= HERD_SIZE && args.plain_cap > 0;
                     let messages = if capped {
                         args.messages.min(args.plain_cap)

@@ -8,10 +8,7 @@
 //! `SO_REUSEPORT`) next to herdless, native and emulated.
 //! The table shows who got what, because that is what the flag silently gets wrong.
 
-#[path = "accept_worker.rs"]
-mod accept_worker;
-#[path = "sock_util.rs"]
-pub mod sock_util;
+mod worker;
 
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -23,13 +20,18 @@ use herdless::{Backend, Group};
 use serde::Serialize;
 
 use crate::fairness::{sketch, Distribution, Spread};
-use accept_worker::{Counter, Mode, RawMode, Worker, COUNTERS};
-use sock_util::SharedCounters;
+use crate::net;
+use herdless_fixtures::{self as fixtures, Blocking, SharedCounters};
+use worker::{Counter, Mode, RawMode, Worker, COUNTERS};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// How long any one step (a registration, a worker's exit, the last accepts) may take.
 const STEP_LIMIT: Duration = Duration::from_secs(10);
+
+/// The default of the list flag of `Args`: every setup the table compares.
+const DEFAULT_SETUPS: &str =
+    "no-flag,exclusive,reuseport,half-migrated,nginx-16,herdless-native,herdless-emulated";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -43,12 +45,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2.0)]
     delay_ms: f64,
     /// Setups to run, each a row of the table.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "no-flag,exclusive,reuseport,half-migrated,nginx-16,herdless-native,herdless-emulated"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_SETUPS)]
     setups: Vec<Setup>,
     /// Runs per setup: figures are the mean with min–max; distributions are the last run's.
     #[arg(long, default_value_t = 1)]
@@ -158,12 +155,8 @@ struct RunRow {
 }
 
 pub fn run(args: Args) -> Res<()> {
-    crate::limits::members("--workers", args.workers)?;
-    crate::limits::open_files(
-        "--workers",
-        args.workers,
-        crate::limits::descriptors_for_processes(args.workers),
-    )?;
+    use crate::limits::{descriptors_for_processes as needed, members_and_files};
+    members_and_files("--workers", args.workers, needed)?;
     if args.connections == 0 || args.runs == 0 {
         return Err("--connections and --runs must be at least 1".into());
     }
@@ -183,18 +176,15 @@ pub fn run(args: Args) -> Res<()> {
         print_row(&runs);
         rows.extend(runs);
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
-        println!("\nJSON rows written to {}", path.display());
-    }
+    crate::json::write_rows(args.json.as_deref(), &rows)?;
     Ok(())
 }
 
 /// The listeners of one run: one shared, or one per worker (`SO_REUSEPORT`).
 fn listeners(setup: Setup, workers: usize) -> Res<Vec<TcpListener>> {
     Ok(match setup {
-        Setup::Reuseport => sock_util::reuseport_group(workers)?,
-        _ => vec![sock_util::listener(
+        Setup::Reuseport => net::reuseport_group(workers)?,
+        _ => vec![net::listener(
             SocketAddrV4::new([127, 0, 0, 1].into(), 0),
             false,
         )?],
@@ -217,7 +207,7 @@ fn fork_index(args: &Args, rank: usize) -> usize {
 
 fn run_once(args: &Args, setup: Setup, run: usize) -> Res<RunRow> {
     let listeners = listeners(setup, args.workers)?;
-    let addr = sock_util::v4_addr(&listeners[0])?;
+    let addr = net::v4_addr(&listeners[0])?;
     let group = match setup.backend() {
         Some(backend) => Some(
             Group::builder()
@@ -233,8 +223,8 @@ fn run_once(args: &Args, setup: Setup, run: usize) -> Res<RunRow> {
     // The workers hold the listeners now; the parent's copies would keep a dead worker's
     // SO_REUSEPORT queue alive.
     drop(listeners);
-    let tasks: Vec<(i32, i32)> = crew.pids.iter().map(|&p| (p, p)).collect();
-    sock_util::until_asleep(&tasks, STEP_LIMIT)?;
+    let tasks: Vec<(u32, i32)> = crew.pids.iter().map(|&p| (p as u32, p)).collect();
+    fixtures::until_asleep(&tasks, STEP_LIMIT)?;
     let outcome = connect_all(args, addr, &crew, &counters);
     let usages = stop_crew(&crew, outcome.as_ref().ok().and_then(|o| o.killed));
     let outcome = outcome?;
@@ -248,13 +238,13 @@ fn spawn_crew(
     group: Option<&Group>,
     counters: &SharedCounters,
 ) -> Res<Crew> {
-    let (ack_r, ack_w) = sock_util::pipe()?;
+    let (ack_r, ack_w) = fixtures::pipe(Blocking::Both)?;
     let mut by_fork = Vec::new();
     for fork in 0..args.workers {
         let rank = (0..args.workers)
             .find(|&r| fork_index(args, r) == fork)
             .expect("a permutation");
-        let (control_r, control_w) = sock_util::pipe()?;
+        let (control_r, control_w) = fixtures::pipe(Blocking::Both)?;
         let worker = Worker {
             rank,
             listener: listeners[rank.min(listeners.len() - 1)].as_fd(),
@@ -293,7 +283,7 @@ fn spawn_crew(
         by_fork.into_iter().map(|(_, p, c)| (p, c)).unzip();
     for control in &controls {
         // Registration order is exact: one worker registers, acknowledges, then the next.
-        sock_util::write_all(control.as_raw_fd(), b"g")?;
+        fixtures::write_all(control.as_raw_fd(), b"g")?;
         read_with_limit(&ack_r)?;
     }
     Ok(Crew { pids, controls })
@@ -322,7 +312,7 @@ fn read_with_limit(fd: &OwnedFd) -> Res<()> {
         return Err("a worker did not acknowledge its registration".into());
     }
     let mut byte = [0u8; 1];
-    sock_util::read_exact(fd.as_raw_fd(), &mut byte)?;
+    fixtures::read_exact(fd.as_raw_fd(), &mut byte)?;
     Ok(())
 }
 
@@ -399,7 +389,7 @@ fn stop_crew(crew: &Crew, killed: Option<i32>) -> Res<Vec<libc::rusage>> {
     for (pid, control) in crew.pids.iter().zip(&crew.controls) {
         if Some(*pid) != killed {
             // A worker that died already cannot read it; reaping says so below.
-            let _ = sock_util::write_all(control.as_raw_fd(), b"s");
+            let _ = fixtures::write_all(control.as_raw_fd(), b"s");
         }
     }
     let deadline = Instant::now() + STEP_LIMIT;
@@ -482,7 +472,7 @@ fn row(
         accepted,
         lost: connected.made.saturating_sub(accepted) + (args.connections as u64 - connected.made),
         kernel_wakeups: usages.iter().map(|u| u.ru_nvcsw as u64).sum(),
-        worker_cpu_ms: usages.iter().map(sock_util::cpu_ms).sum(),
+        worker_cpu_ms: usages.iter().map(net::cpu_ms).sum(),
         killed_front_accepts: connected.killed.map(|_| all[0]),
         max_share: dist.max_share,
         spread: dist.spread,

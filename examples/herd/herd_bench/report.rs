@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::rows::{Measured, Mode, Refusal, Rotate, RowSpec, Setup};
+use super::run::{Measured, Mode, Refusal, Rotate, RowSpec, Setup};
 use super::Workload;
 use crate::fairness::{sketch, Distribution, Spread};
 

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use herdless::{Backend, Events, Group, Interest, Rotation, Waiter};
 use serde::Serialize;
 
-use crate::queue::{pipe, read_exact, read_one, write_all, Blocking, Channel, Read, Workload};
+use crate::queue::{read_one, Channel, Read, Workload};
+use herdless_fixtures::{
+    busy_for, pipe, read_exact, until_asleep, write_all, Blocking, SharedCounters,
+};
 
 /// The key of the stop descriptor (the data descriptor's is 0).
 const STOP_KEY: usize = 1;
@@ -247,9 +250,9 @@ pub fn run_row(spec: &RowSpec) -> Result<Measured, Refusal> {
     let board = board()?;
     board.store(0, SeqCst);
     if spec.processes {
-        run_processes(spec, group.as_ref(), channel, board)
+        run_processes(spec, group.as_ref(), channel)
     } else {
-        run_threads(spec, group.as_ref(), channel, board)
+        run_threads(spec, group.as_ref(), channel)
     }
 }
 
@@ -257,9 +260,9 @@ fn run_threads(
     spec: &RowSpec,
     group: Option<&Group>,
     mut channel: Channel,
-    board: &'static AtomicU64,
 ) -> Result<Measured, Refusal> {
     let watchdog = Watchdog::start(spec, Vec::new());
+    let board = board()?;
     let (result_tx, result_rx) = mpsc::channel::<(usize, Result<Tally, String>)>();
     let (tid_tx, tid_rx) = mpsc::channel::<i32>();
     let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
@@ -283,7 +286,9 @@ fn run_threads(
     }
     drop((result_tx, tid_tx));
     let tids: Vec<i32> = tid_rx.iter().take(spec.waiters).collect();
-    until_asleep(&[(std::process::id(), tids)])?;
+    let pid = std::process::id();
+    let sleepers: Vec<(u32, i32)> = tids.iter().map(|&t| (pid, t)).collect();
+    until_asleep(&sleepers, ASLEEP_TIMEOUT)?;
     let written = produce_then_stop(spec, &mut channel, board)?;
     let mut totals = Totals::new(spec.waiters);
     let mut failure = None;
@@ -312,10 +317,10 @@ fn run_processes(
     spec: &RowSpec,
     group: Option<&Group>,
     mut channel: Channel,
-    board: &'static AtomicU64,
 ) -> Result<Measured, Refusal> {
     let (ready_r, ready_w) = pipe(Blocking::Both)?;
     let (results_r, results_w) = pipe(Blocking::Both)?;
+    let board = board()?;
     let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
     let mut pids = Vec::with_capacity(spec.waiters);
     for index in 0..spec.waiters {
@@ -368,8 +373,8 @@ fn parent(
 ) -> Result<Measured, Refusal> {
     let mut ready = vec![0u8; spec.waiters];
     read_exact(ready_r.as_raw_fd(), &mut ready)?;
-    let sleepers: Vec<(u32, Vec<i32>)> = pids.iter().map(|&p| (p as u32, vec![p])).collect();
-    until_asleep(&sleepers)?;
+    let sleepers: Vec<(u32, i32)> = pids.iter().map(|&p| (p as u32, p)).collect();
+    until_asleep(&sleepers, ASLEEP_TIMEOUT)?;
     let written = produce_then_stop(spec, channel, board)?;
     let mut totals = Totals::new(spec.waiters);
     for _ in 0..spec.waiters {
@@ -694,7 +699,7 @@ fn member_loop(
                 if id & LAST != 0 {
                     board.store(monotonic_ns(), SeqCst);
                 }
-                spin(work);
+                busy_for(work);
             }
             Read::Stop => {
                 member.consumed(key)?;
@@ -712,17 +717,6 @@ fn switches() -> u64 {
     herdless::counters::thread_voluntary_switches().unwrap_or(0)
 }
 
-/// Busy work standing in for handling a message.
-fn spin(work: Duration) {
-    if work.is_zero() {
-        return;
-    }
-    let until = Instant::now() + work;
-    while Instant::now() < until {
-        std::hint::spin_loop();
-    }
-}
-
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every thread and process of the run.
 fn monotonic_ns() -> u64 {
     // SAFETY: timespec is plain data.
@@ -735,48 +729,12 @@ fn monotonic_ns() -> u64 {
 /// The board in shared memory (so forked waiters see it too): 0 while data messages remain,
 /// then the time the last one was read.
 fn board() -> io::Result<&'static AtomicU64> {
-    static BOARD: OnceLock<usize> = OnceLock::new();
-    if let Some(&addr) = BOARD.get() {
-        // SAFETY: the address of the page mapped below, never unmapped.
-        return Ok(unsafe { &*(addr as *const AtomicU64) });
+    static BOARD: OnceLock<&'static SharedCounters> = OnceLock::new();
+    if let Some(board) = BOARD.get() {
+        return Ok(board.get(0));
     }
-    // SAFETY: a fresh anonymous shared mapping of one page; it is never unmapped, so the
-    // reference handed out lives for the whole process (and in every child).
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let addr = *BOARD.get_or_init(|| page as usize);
-    // SAFETY: a zeroed, page-aligned, never-unmapped mapping is a valid AtomicU64.
-    Ok(unsafe { &*(addr as *const AtomicU64) })
-}
-
-/// Waits (bounded) until every listed thread sleeps in the kernel's wait: checks the real
-/// condition in /proc, not a timed sleep.
-fn until_asleep(threads: &[(u32, Vec<i32>)]) -> io::Result<()> {
-    let start = Instant::now();
-    for (pid, tids) in threads {
-        for &tid in tids {
-            while !herdless::counters::asleep_in_wait(*pid, tid) {
-                if start.elapsed() > ASLEEP_TIMEOUT {
-                    return Err(io::Error::other(format!(
-                        "waiter {pid}/{tid} never fell asleep in the kernel"
-                    )));
-                }
-                std::thread::yield_now();
-            }
-        }
-    }
-    Ok(())
+    let fresh = SharedCounters::leaked(1)?;
+    Ok(BOARD.get_or_init(|| fresh).get(0))
 }
 
 fn kill_all(pids: &[i32]) {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use herdless::{Backend, Events, Group, Interest};
 use serde::{Deserialize, Serialize};
 
-use crate::accept::sock_util::{self, accept_one, Epoll};
+use crate::net::{self, accept_one, Epoll};
 
 /// The epoll data (and herdless key) of the listener; connections use their descriptor.
 const LISTENER: u64 = u64::MAX - 2;
@@ -121,15 +121,15 @@ impl Tally {
         let count = || self.ready.lock().unwrap_or_else(|e| e.into_inner()).len();
         until(limit, || count() == workers)
             .map_err(|_| io::Error::other("the workers did not start"))?;
-        let pid = std::process::id() as i32;
-        let tasks: Vec<(i32, i32)> = self
+        let pid = std::process::id();
+        let tasks: Vec<(u32, i32)> = self
             .ready
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .map(|&t| (pid, t))
             .collect();
-        sock_util::until_asleep(&tasks, limit)
+        herdless_fixtures::until_asleep(&tasks, limit)
     }
 
     fn stopping(&self) -> bool {
@@ -194,10 +194,10 @@ impl Server {
         let tally = Arc::new(Tally::new(workers, target));
         let loopback = SocketAddrV4::new([127, 0, 0, 1].into(), 0);
         let listeners = match arch {
-            Arch::PerWorker => sock_util::reuseport_group(workers)?,
-            _ => vec![sock_util::listener(loopback, false)?],
+            Arch::PerWorker => net::reuseport_group(workers)?,
+            _ => vec![net::listener(loopback, false)?],
         };
-        let addr = sock_util::v4_addr(&listeners[0])?;
+        let addr = net::v4_addr(&listeners[0])?;
         let threads = match arch {
             Arch::Shared | Arch::SharedEdge | Arch::SharedOneshot => spawn_shared(
                 arch,
@@ -287,7 +287,7 @@ fn own_loop(listener: RawFd, listener_flags: u32, tally: &Tally, me: usize) -> i
     let epoll = Epoll::new()?;
     epoll.add(listener, listener_flags, LISTENER)?;
     let mut conns: HashMap<RawFd, OwnedFd> = HashMap::new();
-    let mut events = sock_util::event_buffer(64);
+    let mut events = net::event_buffer(64);
     let mut buf = vec![0u8; READ_BUF];
     tally.ready();
     while !tally.stopping() {
@@ -359,7 +359,7 @@ struct SharedLoop {
 
 impl SharedLoop {
     fn run(&self, tally: &Tally, me: usize) -> io::Result<()> {
-        let mut events = sock_util::event_buffer(16);
+        let mut events = net::event_buffer(16);
         let mut buf = vec![0u8; READ_BUF];
         tally.ready();
         while !tally.stopping() {

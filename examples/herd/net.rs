@@ -1,14 +1,12 @@
-//! Socket-lab plumbing shared by `herd accept` and `herd drain`: listeners (plain or
-//! `SO_REUSEPORT`), a thin raw-epoll handle for the setups that must be exactly the experiments'
-//! system calls, counters in shared memory that forked workers update and the parent reads, and
-//! the /proc check that a process sleeps in its wait. Kept raw on purpose: the raw setups are the
+//! Socket-lab plumbing shared by `herd accept`, `herd drain` and `herd restart`: listeners
+//! (plain or `SO_REUSEPORT`), a thin raw-epoll handle for the setups that must be exactly the
+//! experiments' system calls, and CPU time from resource usage. (Pipes, shared counters and the
+//! /proc check that a process sleeps in its wait come from `herdless-fixtures`.) Kept raw on purpose: the raw setups are the
 //! baseline herdless is measured against, so nothing of herdless may hide in them.
 
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
 
 use nix::sys::socket::{self, sockopt, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn};
 
@@ -140,121 +138,6 @@ impl Epoll {
 /// A zeroed epoll event buffer of `n` entries.
 pub fn event_buffer(n: usize) -> Vec<libc::epoll_event> {
     vec![libc::epoll_event { events: 0, u64: 0 }; n]
-}
-
-/// Counters in one anonymous shared mapping made before `fork`: children add, the parent reads,
-/// even after a child was killed.
-pub struct SharedCounters {
-    base: *const AtomicU64,
-    len: usize,
-}
-
-impl SharedCounters {
-    pub fn new(len: usize) -> io::Result<SharedCounters> {
-        let bytes = len.max(1) * std::mem::size_of::<AtomicU64>();
-        // SAFETY: a fresh anonymous shared mapping; no existing memory is touched.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedCounters {
-            base: ptr.cast(),
-            len,
-        })
-    }
-
-    pub fn get(&self, i: usize) -> &AtomicU64 {
-        assert!(i < self.len, "counter {i} out of {}", self.len);
-        // SAFETY: in bounds of a zero-filled, page-aligned mapping that lives as long as self;
-        // zero bytes are a valid AtomicU64.
-        unsafe { &*self.base.add(i) }
-    }
-}
-
-impl Drop for SharedCounters {
-    fn drop(&mut self) {
-        let bytes = self.len.max(1) * std::mem::size_of::<AtomicU64>();
-        // SAFETY: unmaps exactly the mapping made in `new`; no reference outlives self.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, bytes) };
-    }
-}
-
-/// Waits (bounded by `limit`) until every listed thread, as (process, thread) ids, sleeps in
-/// its wait (a single-threaded process is its own thread): checks the real condition in /proc,
-/// not a timed sleep.
-pub fn until_asleep(tasks: &[(i32, i32)], limit: Duration) -> io::Result<()> {
-    let start = Instant::now();
-    while !tasks
-        .iter()
-        .all(|&(p, t)| herdless::counters::asleep_in_wait(p as u32, t))
-    {
-        if start.elapsed() > limit {
-            return Err(io::Error::other("workers never fell asleep in their wait"));
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    Ok(())
-}
-
-/// Spins for `d`: the busy work a worker does per connection (a sleep would free the CPU and
-/// put the worker back in line, which is not what a busy worker does).
-pub fn busy_for(d: Duration) {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        std::hint::spin_loop();
-    }
-}
-
-/// A pipe (read end, write end), both close-on-exec and blocking.
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
-}
-
-/// Writes all of `buf` to a blocking descriptor.
-pub fn write_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: writes from a live buffer of the given length.
-        let n = unsafe { libc::write(fd, buf[done..].as_ptr().cast(), buf.len() - done) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        done += n as usize;
-    }
-    Ok(())
-}
-
-/// Reads exactly `buf.len()` bytes from a blocking descriptor; an early end of file is an error.
-pub fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: reads into a live buffer of the given length.
-        let n = unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done) };
-        match n {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n if n < 0 => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(err);
-                }
-            }
-            n => done += n as usize,
-        }
-    }
-    Ok(())
 }
 
 /// User plus system CPU time of a resource-usage record, in milliseconds.

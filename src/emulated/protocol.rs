@@ -53,7 +53,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::doorbell::Doorbells;
-use crate::group::{Rotation, ADAPTIVE_BATCH};
+use crate::contract::Rotation;
 use crate::liveness::Liveness;
 use crate::members::{Life, Members};
 use crate::shared::{SharedState, SourceSlot, NONE};
@@ -62,7 +62,7 @@ use crate::shared::{SharedState, SourceSlot, NONE};
 /// cannot wait on that process's death as an event (no pidfd).
 pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
-/// `Token::spinning_pays`); half the spin, so a spinner usually sees the release.
+/// `Protocol::spinning_pays`); half the spin, so a spinner usually sees the release.
 pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
 /// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
 /// waited for: the leader expires its hold and watches the source again, at the price of at
@@ -73,21 +73,43 @@ pub(crate) const HOLD_BOUND: Duration = Duration::from_millis(40);
 /// member checking on it.
 pub(crate) const TAKE_BOUND: Duration = Duration::from_millis(15);
 /// A source claimed within this long is active: its members sleep with a `HOLD_BOUND` timer
-/// (see `Token::hold_left`).
+/// (see `Protocol::hold_left`).
 pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
 /// How often every idle member of a group that spans processes wakes to look for a dead
 /// member nobody is checking (a holder that died before it consumed, a watcher that died).
 pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
 
+/// A source's members: the protocol's bitmap of who registered it (bit n: member n).
+impl SourceSlot {
+    /// Has member `m` registered this source?
+    pub(crate) fn has_member(&self, m: u32) -> bool {
+        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
+    }
+    /// Records that member `m` registered this source (`on`) or no longer does.
+    pub(crate) fn set_member(&self, m: u32, on: bool) {
+        let bit = 1u64 << (m % 64);
+        if on {
+            self.members[m as usize / 64].fetch_or(bit, SeqCst);
+        } else {
+            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
+        }
+    }
+}
+
 /// The protocol's view of one group: its shared memory, door bells and liveness marks.
-pub(crate) struct Token<'a> {
+pub(crate) struct Protocol<'a> {
     pub(crate) shared: &'a SharedState,
     pub(crate) bells: &'a Doorbells,
     pub(crate) live: &'a Liveness,
     pub(crate) rotation: Rotation,
 }
 
-impl Token<'_> {
+impl Protocol<'_> {
+    /// The member table of the group.
+    pub(crate) fn members(&self) -> Members<'_> {
+        Members::new(self.shared, self.live)
+    }
+
     fn source(&self, s: usize) -> &SourceSlot {
         self.shared.source(s)
     }
@@ -336,7 +358,7 @@ impl Token<'_> {
     /// `Every(n)`: after `n`. (`Adaptive` decides when the event has been consumed: see
     /// `adaptive_turn_ends`.)
     pub(crate) fn rotation_due(&self, handed: u32) -> bool {
-        matches!(self.rotation, Rotation::Every(n) if n > 0 && handed >= n)
+        self.rotation.due_by_count(handed)
     }
 
     /// `Adaptive`, the rule *turns by the event, batches under a backlog*: a member that has
@@ -344,7 +366,7 @@ impl Token<'_> {
     /// unless the source is `still_ready` (a backlog), and after `ADAPTIVE_BATCH` in a row
     /// whatever the backlog.
     pub(crate) fn adaptive_turn_ends(&self, handed: u32, still_ready: bool) -> bool {
-        self.rotation == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !still_ready)
+        self.rotation.adaptive_ends(handed, || still_ready)
     }
 
     /// Is a member other than `me` registered on `s` and idle (someone to hand a turn to)?
@@ -612,8 +634,8 @@ mod model {
                 live: Liveness::new(4).unwrap(),
             })
         }
-        fn token(&self) -> Token<'_> {
-            Token {
+        fn token(&self) -> Protocol<'_> {
+            Protocol {
                 shared: &self.shared,
                 bells: &self.bells,
                 live: &self.live,
@@ -763,6 +785,15 @@ mod model {
         });
     }
 
+    /// Member `m` of `w` goes busy and passes the token of source 0 on, on another thread.
+    fn spawn_go_busy_and_pass(w: &Arc<World>, m: u32, to_back: bool) -> thread::JoinHandle<()> {
+        let w = w.clone();
+        thread::spawn(move || {
+            w.set_state(m, state::BUSY);
+            w.token().pass(0, m, to_back);
+        })
+    }
+
     /// `holder` releases source 0 of `w` on another thread.
     fn spawn_release(w: &Arc<World>, holder: u32) -> thread::JoinHandle<()> {
         let w = w.clone();
@@ -777,13 +808,7 @@ mod model {
             let w = World::new(2);
             w.set_state(0, state::IDLE);
             w.shared.source(0).leader.store(0, SeqCst);
-            let a = {
-                let w = w.clone();
-                thread::spawn(move || {
-                    w.set_state(0, state::BUSY);
-                    w.token().pass(0, 0, true);
-                })
-            };
+            let a = spawn_go_busy_and_pass(&w, 0, true);
             let w2 = w.clone();
             let took = thread::spawn(move || {
                 w2.set_state(1, state::IDLE);
@@ -815,7 +840,7 @@ mod model {
             };
             let w3 = w.clone();
             let saw_free = thread::spawn(move || {
-                // The next member's sync: it watches the source if it leads and it is free.
+                // The next member's `match_poller`: it watches the source if it leads and it is free.
                 w3.leader() == next && w3.token().needs_watch(0)
             })
             .join()
@@ -865,13 +890,7 @@ mod model {
             w.set_state(0, state::IDLE);
             w.set_state(1, state::IDLE);
             w.shared.source(0).leader.store(0, SeqCst);
-            let a = {
-                let w = w.clone();
-                thread::spawn(move || {
-                    w.set_state(0, state::BUSY);
-                    w.token().pass(0, 0, false);
-                })
-            };
+            let a = spawn_go_busy_and_pass(&w, 0, false);
             let b = {
                 let w = w.clone();
                 thread::spawn(move || {

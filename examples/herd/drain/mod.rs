@@ -8,8 +8,7 @@
 //! fresh process: this program re-executed with a hidden flag) and warm (repeated in one
 //! process, after one discarded warm-up run), and the table says which is which.
 
-#[path = "drain_server.rs"]
-mod drain_server;
+mod server;
 
 use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::fairness::{sketch, Distribution, Spread};
-use drain_server::{Arch, Server};
+use server::{Arch, Server};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -31,6 +30,9 @@ const PAYLOAD: usize = 1024;
 const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 const CHILD_LIMIT: Duration = Duration::from_secs(60);
+
+/// The default of the list flag of `Args`: every arch the table compares.
+const DEFAULT_ARCHS: &str = "single-thread,shared,shared-edge,shared-oneshot,exclusive,per-worker,herdless-native,herdless-emulated";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -44,12 +46,7 @@ pub struct Args {
     #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
     bytes: u64,
     /// Architectures to run, each a row.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "single-thread,shared,shared-edge,shared-oneshot,exclusive,per-worker,herdless-native,herdless-emulated"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_ARCHS)]
     archs: Vec<Arch>,
     /// Measured runs per configuration, cold and warm each.
     #[arg(long, default_value_t = 2)]
@@ -115,12 +112,8 @@ struct Measurement {
 }
 
 pub fn run(args: Args) -> Res<()> {
-    crate::limits::members("--workers", args.workers)?;
-    crate::limits::open_files(
-        "--workers",
-        args.workers,
-        crate::limits::descriptors_for_threads(args.workers),
-    )?;
+    use crate::limits::{descriptors_for_threads as needed, members_and_files};
+    members_and_files("--workers", args.workers, needed)?;
     if args.fanouts.contains(&0) || args.runs == 0 || args.bytes == 0 {
         return Err("--fanouts, --runs and --bytes must be at least 1".into());
     }
@@ -147,10 +140,7 @@ pub fn run(args: Args) -> Res<()> {
         print_block(&block);
         all.extend(block.into_iter().flatten());
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&all)?)?;
-        println!("\nJSON rows written to {}", path.display());
-    }
+    crate::json::write_rows(args.json.as_deref(), &all)?;
     Ok(())
 }
 

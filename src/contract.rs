@@ -1,0 +1,81 @@
+//! The contract's own words besides errors and interests: which backend delivers the wake-ups,
+//! when members take turns, and how many members a group may have.
+//!
+//! With `error.rs` and `interest.rs` this is the contract layer, the vocabulary every other room
+//! of the crate speaks: the three import nothing of the crate but one another, so the backends
+//! (`platform/`, `emulated/`) and the shared state below the handles can use them without
+//! reaching up to `group.rs` or `waiter.rs`.
+
+/// Which mechanism delivers exclusive, fair wake-ups.
+///
+/// | OS      | `Auto` resolves to | `Native` | `Emulated` |
+/// |---------|--------------------|----------|------------|
+/// | Linux   | `Native` (`EPOLLEXCLUSIVE` + rotation) if the kernel takes the flag, else `Emulated` | yes | yes |
+/// | others  | `Emulated` (token passing over `polling`) | error | yes |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The best backend this system supports.
+    Auto,
+    /// The kernel's own exclusive wake-ups (Linux `EPOLLEXCLUSIVE`), rotated by delete and re-add.
+    Native,
+    /// Userspace token passing (Leader/Followers) on top of the `polling` crate.
+    Emulated,
+}
+
+/// When a member of a group goes to the back of the line of an exclusive descriptor.
+///
+/// The default is [`Rotation::Adaptive`], the rule *turns by the event, batches under a
+/// backlog*: a member goes to the back after every event while events come one at a time
+/// (strict turns, as `Every(1)`), but while the descriptor has a backlog (it is still ready
+/// after the member's read) the member keeps taking its events, up to [`ADAPTIVE_BATCH`] in a
+/// row, before it goes to the back. The backend measures, never guesses: both ask the
+/// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
+/// Windows uses the backlog average it keeps for its spinning decision instead). The native
+/// backend also counts a *stream* as a backlog: events closer than 5 µs apart on average
+/// across the group (a producer at full speed), where handing each to another thread would
+/// wake a cold thread per event. With nobody to hand to (no other member inside `wait`), no
+/// backend rotates at all. See `docs/internals.md`, "Rotation".
+///
+/// ```
+/// use herdless::{Group, Rotation};
+/// let adaptive = Group::builder().build()?; // the default
+/// assert_eq!(adaptive.rotation(), Rotation::Adaptive);
+/// let strict = Group::builder().rotation(Rotation::Every(1)).build()?; // = .rotate_every(1)
+/// assert_eq!(strict.rotate_every(), 1);
+/// # Ok::<(), herdless::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Rotation {
+    /// Strict turns while events come one at a time, batches of up to [`ADAPTIVE_BATCH`]
+    /// events per member while the descriptor has a backlog (the default).
+    #[default]
+    Adaptive,
+    /// After `n` events, always: `Every(1)` is strict turns at any cost, `Every(0)` never
+    /// rotates (the kernel's raw first-come order, the `EPOLLEXCLUSIVE` monopoly).
+    Every(u32),
+}
+
+impl Rotation {
+    /// `Every(n)`: is a member's turn over after it was handed `handed` events in a row? (Both
+    /// backends decide it as the event is handed out; never for `Every(0)` or `Adaptive`.)
+    pub(crate) fn due_by_count(self, handed: u32) -> bool {
+        matches!(self, Rotation::Every(n) if n > 0 && handed >= n)
+    }
+
+    /// `Adaptive`, *turns by the event, batches under a backlog*: is the turn over once the
+    /// member consumed its `handed`-th event in a row? Yes after `ADAPTIVE_BATCH`, else unless
+    /// the descriptor has a `backlog` (asked only then). Never for `Every(_)`.
+    pub(crate) fn adaptive_ends(self, handed: u32, backlog: impl FnOnce() -> bool) -> bool {
+        self == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !backlog())
+    }
+}
+
+/// The most events a member takes in a row under [`Rotation::Adaptive`] while the descriptor
+/// has a backlog: over a run of a few thousand events per member it keeps Jain's fairness
+/// index above 0.99 (see `docs/lab.md`), and it saves a rotation on 15 of every 16 events.
+pub const ADAPTIVE_BATCH: u32 = 16;
+
+/// The default number of member slots.
+pub const DEFAULT_MAX_MEMBERS: usize = 64;
+/// The most member slots a group may have.
+pub const MAX_MEMBERS_LIMIT: usize = 4096;

@@ -1,0 +1,62 @@
+//! What a [`Group`](crate::Group) and its [`Waiter`](crate::Waiter)s share: the backend chosen,
+//! the rotation, the shared memory with its member table, the liveness marks, and for the
+//! emulation its door bells. Below both handles, so that neither imports the other to reach it
+//! (`group.rs` builds it and hands it to `waiter.rs`); above the backends, which get from it
+//! only what they need (the emulation: the protocol's view, [`GroupInner::protocol`]).
+
+use std::sync::Arc;
+
+use crate::contract::{Backend, Rotation};
+use crate::emulated::{EmulatedGroup, Protocol};
+use crate::members::Members;
+use crate::shared::SharedState;
+
+/// What all members of a group share.
+pub(crate) struct GroupInner {
+    pub(crate) backend: Backend,
+    pub(crate) rotation: Rotation,
+    /// Shared with the native waiters, which keep it for their rotation hints.
+    pub(crate) shared: Arc<SharedState>,
+    /// Each member's liveness mark, so that a dead member's slot is found and reused.
+    pub(crate) live: crate::liveness::Liveness,
+    /// The emulation's door bells (only for `Backend::Emulated`).
+    pub(crate) emulation: Option<EmulatedGroup>,
+}
+
+impl GroupInner {
+    /// The emulation's view of this group (its protocol's shared state, door bells, liveness
+    /// marks and turn setting), which the emulated backend works on. Emulated groups only.
+    pub(crate) fn protocol(&self) -> Protocol<'_> {
+        self.emulation
+            .as_ref()
+            .expect("an emulated waiter belongs to an emulated group")
+            .protocol(&self.shared, &self.live, self.rotation)
+    }
+
+    /// The member table: every change of a member slot's state goes through it.
+    pub(crate) fn members(&self) -> Members<'_> {
+        Members::new(&self.shared, &self.live)
+    }
+
+    /// Finds members whose process died without leaving (and reaps whose reaper died) and
+    /// clears their slots out (the emulation also frees what they held and passes their tokens
+    /// on), so that the slots can be joined again.
+    pub(crate) fn reap_dead_members(&self) {
+        let members = self.members();
+        let me = std::process::id();
+        for m in 0..self.shared.high() {
+            let Some(seen) = members.dead(m, me) else {
+                continue;
+            };
+            match self.backend {
+                Backend::Emulated => crate::emulated::reap_member(&self.protocol(), m, seen),
+                _ => {
+                    // The kernel forgot the dead process's epoll entries: nothing to clear.
+                    if let Some(reap) = members.begin_reap(m, seen, me) {
+                        members.finish_reap(reap);
+                    }
+                }
+            }
+        }
+    }
+}

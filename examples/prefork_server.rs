@@ -34,16 +34,14 @@ mod server {
     use std::io::{self, Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-    use std::time::{Duration, Instant};
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
 
-    use herdless::{Backend, Events, Group, Interest, Waiter};
-    use herdless_fixtures::SharedCounters;
+    use herdless::{Events, Group, Interest, Waiter};
+    use herdless_fixtures::prefork::{self, Counts, RESPONSE, STOP};
 
     type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-    const RESPONSE: &[u8] =
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, herd!\n";
     const LISTENER: usize = 0;
     /// How often a waiting worker looks at the stop flag.
     const TICK: Duration = Duration::from_millis(100);
@@ -70,66 +68,13 @@ mod server {
         seconds: Option<f64>,
     }
 
-    /// Set by SIGINT/SIGTERM, in the parent and in each worker.
-    static STOP: AtomicBool = AtomicBool::new(false);
-
-    extern "C" fn on_signal(_: libc::c_int) {
-        STOP.store(true, SeqCst);
-    }
-
-    fn catch_stop_signals() -> Res<()> {
-        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-        let action = SigAction::new(
-            SigHandler::Handler(on_signal),
-            SaFlags::empty(),
-            SigSet::empty(),
-        );
-        for sig in [Signal::SIGINT, Signal::SIGTERM] {
-            // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-            unsafe { sigaction(sig, &action) }?;
-        }
-        Ok(())
-    }
-
-    /// Per-worker figures and the total of answered requests, in memory shared across fork.
-    struct Counts(SharedCounters);
-
-    impl Counts {
-        /// Slot 0: requests in all; then (connections, requests) per worker.
-        fn new(workers: usize) -> Res<Counts> {
-            Ok(Counts(SharedCounters::new(1 + 2 * workers)?))
-        }
-
-        fn at(&self, i: usize) -> &AtomicU64 {
-            self.0.get(i)
-        }
-        fn total(&self) -> &AtomicU64 {
-            self.at(0)
-        }
-        fn conns(&self, worker: usize) -> &AtomicU64 {
-            self.at(1 + 2 * worker)
-        }
-        fn requests(&self, worker: usize) -> &AtomicU64 {
-            self.at(2 + 2 * worker)
-        }
-    }
-
-    fn backend(name: &str) -> Res<Backend> {
-        Ok(match name {
-            "auto" => Backend::Auto,
-            "native" => Backend::Native,
-            "emulated" => Backend::Emulated,
-            other => return Err(format!("unknown backend {other}").into()),
-        })
-    }
-
     pub fn run(args: Args) -> Res<()> {
         if args.workers == 0 {
             return Err("--workers must be at least 1".into());
         }
-        catch_stop_signals()?;
+        prefork::catch_stop_signals()?;
         let group = Group::builder()
-            .backend(backend(&args.backend)?)
+            .backend(prefork::parse_backend(&args.backend)?)
             .rotate_every(1)
             .max_members(args.workers.max(2))
             .build()?;
@@ -142,81 +87,11 @@ mod server {
             listener.local_addr()?,
             group.backend()
         );
-        let pids = (0..args.workers)
-            .map(|w| fork_worker(w, &group, &listener, &counts))
-            .collect::<Res<Vec<i32>>>()?;
+        let pids = prefork::fork_workers(args.workers, |w| work(w, &group, &listener, &counts))?;
         drop(listener);
-        supervise(&args, &counts, &pids);
-        report(&args, &counts);
+        prefork::supervise(args.seconds, args.max_requests, &counts, &pids);
+        prefork::report("prefork_server", args.workers, &counts);
         Ok(())
-    }
-
-    fn fork_worker(w: usize, group: &Group, listener: &TcpListener, counts: &Counts) -> Res<i32> {
-        // SAFETY: the parent is single-threaded; the child runs only the worker and leaves by
-        // _exit without returning into the parent's code.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        if pid == 0 {
-            let code = match work(w, group, listener, counts) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("worker {w}: {e}");
-                    1
-                }
-            };
-            // SAFETY: leaves the child at once.
-            unsafe { libc::_exit(code) };
-        }
-        Ok(pid)
-    }
-
-    /// Waits for a stop reason, then stops the workers and reaps them.
-    fn supervise(args: &Args, counts: &Counts, pids: &[i32]) {
-        let start = Instant::now();
-        let limit = args.seconds.map(Duration::from_secs_f64);
-        while !STOP.load(SeqCst)
-            && !limit.is_some_and(|l| start.elapsed() >= l)
-            && !args
-                .max_requests
-                .is_some_and(|m| counts.total().load(SeqCst) >= m)
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for &pid in pids {
-            // SAFETY: signals our own child.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        for &pid in pids {
-            let mut status = 0;
-            // SAFETY: reaps our own child.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-        }
-    }
-
-    fn report(args: &Args, counts: &Counts) {
-        let conns: Vec<u64> = (0..args.workers)
-            .map(|w| counts.conns(w).load(SeqCst))
-            .collect();
-        let requests: Vec<u64> = (0..args.workers)
-            .map(|w| counts.requests(w).load(SeqCst))
-            .collect();
-        println!("prefork_server stopped.");
-        for w in 0..args.workers {
-            println!(
-                "  worker {w}: accepted {} connections, answered {} requests",
-                conns[w], requests[w]
-            );
-        }
-        let total: u64 = conns.iter().sum();
-        let max = conns.iter().copied().max().unwrap_or(0);
-        let min = conns.iter().copied().min().unwrap_or(0);
-        println!(
-            "  accepted per worker {conns:?}: {total} in all, max − min {}, top share {:.3}",
-            max - min,
-            max as f64 / total.max(1) as f64
-        );
     }
 
     /// One connection of a worker and the bytes of its unfinished request.
@@ -303,8 +178,7 @@ mod server {
         if conn.stream.write_all(&RESPONSE.repeat(answers)).is_err() {
             return false;
         }
-        counts.requests(w).fetch_add(answers as u64, SeqCst);
-        counts.total().fetch_add(answers as u64, SeqCst);
+        counts.answered(w, answers as u64);
         keep_alive
     }
 

@@ -5,7 +5,8 @@
 //! emulation's hot path. The member needs neither: its timeout goes to `epoll_wait` (rounded
 //! up to the millisecond), and its bell is its own pipe, never the poller's notifier. So the
 //! poller's timer and notifier, registered one-shot and never armed, never fire (and are
-//! skipped should they). Elsewhere the wait is `polling`'s.
+//! skipped should they). Elsewhere, and on `polling`'s poll(2) backend (`--cfg
+//! polling_test_poll_backend`), which has no epoll descriptor, the wait is `polling`'s.
 
 use std::io;
 use std::time::Duration;
@@ -24,13 +25,13 @@ pub(crate) struct Seen {
 }
 
 /// The events one kernel wait found, in a buffer kept from wait to wait.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(polling_test_poll_backend)))]
 pub(crate) struct RawEvents {
     list: Vec<libc::epoll_event>,
     len: usize,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(polling_test_poll_backend)))]
 impl RawEvents {
     /// The poller's own key for its timer and notifier (`polling::NOTIFY_KEY`).
     const POLLER_KEY: u64 = usize::MAX as u64;
@@ -101,12 +102,12 @@ impl RawEvents {
 }
 
 /// The events one kernel wait found, in a buffer kept from wait to wait.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", not(polling_test_poll_backend))))]
 pub(crate) struct RawEvents {
     events: polling::Events,
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", not(polling_test_poll_backend))))]
 impl RawEvents {
     pub(crate) fn new() -> RawEvents {
         RawEvents {

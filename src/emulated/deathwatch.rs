@@ -120,11 +120,15 @@ impl DeathWatch {
     /// Takes note of the deaths among the poller's `events`: their pidfds leave the poller
     /// (the timer covers the process from now on, should its member not be cleared out at
     /// once). Returns (whether any process died, whether every event was a death).
-    pub(crate) fn fired(&mut self, poller: &Poller, events: &polling::Events) -> (bool, bool) {
+    pub(crate) fn fired(
+        &mut self,
+        poller: &Poller,
+        keys: impl Iterator<Item = usize>,
+    ) -> (bool, bool) {
         self.fired.clear();
         let mut others = false;
-        for ev in events.iter() {
-            match ev.key.checked_sub(DEATH_KEYS) {
+        for key in keys {
+            match key.checked_sub(DEATH_KEYS) {
                 Some(i) if i < WATCHED => self.fired.push(i),
                 _ => others = true,
             }
@@ -181,7 +185,11 @@ impl DeathWatch {
     pub(crate) fn take_check_now(&mut self) -> bool {
         false
     }
-    pub(crate) fn fired(&mut self, _poller: &Poller, _events: &polling::Events) -> (bool, bool) {
+    pub(crate) fn fired(
+        &mut self,
+        _poller: &Poller,
+        _keys: impl Iterator<Item = usize>,
+    ) -> (bool, bool) {
         (false, false)
     }
     pub(crate) fn clear(&mut self, _poller: &Poller) {}

@@ -29,12 +29,15 @@
 //! The rooms: this file is the waiter (its poller, its registrations in a `crate::registry`
 //! table, the candidates of a wait and their hand-out); `protocol` is the token protocol, and
 //! `Protocol` its view of a group, which the handles build and pass in (this backend does not
-//! import them); `identity` says which open file a descriptor is; `doorbell` and `deathwatch`
-//! wake a member; `other_unix` and `windows` hold what differs per system.
+//! import them); `identity` says which open file a descriptor is; `kernel_wait` is the kernel
+//! wait itself (on Linux one `epoll_wait`, without `polling`'s per-call timer and notifier
+//! re-arming); `doorbell` and `deathwatch` wake a member; `other_unix` and `windows` hold what
+//! differs per system.
 
 mod deathwatch;
 mod doorbell;
 mod identity;
+mod kernel_wait;
 #[cfg(unix)]
 mod other_unix;
 mod protocol;
@@ -59,6 +62,7 @@ use crate::shared::NONE;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use identity::{identify, refuse_anonymous};
+use kernel_wait::RawEvents;
 pub(crate) use protocol::Protocol;
 use protocol::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
@@ -162,7 +166,7 @@ pub(crate) struct EmulatedWaiter {
     /// The descriptors of those registrations (so that a wait's cost does not grow with the
     /// number of other registrations).
     exclusive_fds: Vec<RawSource>,
-    raw_events: polling::Events,
+    raw_events: RawEvents,
     candidates: Vec<Candidate>,
     /// Ready descriptors not yet handed out, in turn order (see `serve_pending`).
     pending: VecDeque<Pending>,
@@ -210,7 +214,7 @@ impl EmulatedWaiter {
             to_back: Vec::new(),
             sources: Vec::new(),
             exclusive_fds: Vec::new(),
-            raw_events: polling::Events::new(),
+            raw_events: RawEvents::new(),
             candidates: Vec::new(),
             pending: VecDeque::new(),
             polls: 0,
@@ -572,11 +576,13 @@ impl EmulatedWaiter {
             };
             self.reserve_raw_events();
             self.raw_events.clear();
-            self.poller
-                .wait(&mut self.raw_events, poll_timeout)
+            self.raw_events
+                .wait(&self.poller, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
             self.polls += 1;
-            let (died, only_deaths) = self.deaths.fired(&self.poller, &self.raw_events);
+            let (died, only_deaths) = self
+                .deaths
+                .fired(&self.poller, self.raw_events.iter().map(|ev| ev.key));
             if died {
                 // A process this member depends on ended: clear it out now.
                 for &s in &self.sources {
@@ -641,13 +647,7 @@ impl EmulatedWaiter {
     /// Makes room in the kernel wait's buffer for every registered descriptor at once (and the
     /// door bell), so that one kernel wait finds all that are ready, whatever their number.
     fn reserve_raw_events(&mut self) {
-        let wanted = self.registrations.len() + 2;
-        if self.raw_events.capacity().get() < wanted {
-            let capacity = wanted.next_power_of_two();
-            self.raw_events = polling::Events::with_capacity(
-                std::num::NonZeroUsize::new(capacity).expect("at least two"),
-            );
-        }
+        self.raw_events.reserve(self.registrations.len() + 2);
     }
 
     /// A leader whose source is still held, or the deputy next in line, spins (yielding the
@@ -727,7 +727,7 @@ impl EmulatedWaiter {
                 seq: reg.seq,
                 event: Event {
                     key: reg.key,
-                    readable: ev.readable || ev.is_priority(),
+                    readable: ev.readable,
                     writable: ev.writable,
                 },
             });

@@ -38,7 +38,7 @@ mod server {
     use std::time::Duration;
 
     use herdless::{Events, Group, Interest, Waiter};
-    use herdless_fixtures::prefork::{self, Counts, RESPONSE, STOP};
+    use herdless_fixtures::prefork::{self, Counts, ServerArgs, RESPONSE, STOP};
 
     type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -51,35 +51,13 @@ mod server {
         about = "A prefork HTTP/1.1 server whose workers share one listener through herdless"
     )]
     pub struct Args {
-        /// Forked workers.
-        #[arg(long, default_value_t = 4)]
-        workers: usize,
-        /// Port on 127.0.0.1 (0: any free one, printed at start).
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-        /// herdless backend: auto, native or emulated.
-        #[arg(long, default_value = "auto")]
-        backend: String,
-        /// Stop after this many requests answered in all.
-        #[arg(long)]
-        max_requests: Option<u64>,
-        /// Stop after this many seconds.
-        #[arg(long)]
-        seconds: Option<f64>,
+        #[command(flatten)]
+        server: ServerArgs,
     }
 
     pub fn run(args: Args) -> Res<()> {
-        if args.workers == 0 {
-            return Err("--workers must be at least 1".into());
-        }
-        prefork::catch_stop_signals()?;
-        let group = Group::builder()
-            .backend(prefork::parse_backend(&args.backend)?)
-            .rotate_every(1)
-            .max_members(args.workers.max(2))
-            .build()?;
-        let listener = TcpListener::bind(("127.0.0.1", args.port))?;
-        listener.set_nonblocking(true)?;
+        let args = args.server;
+        let (group, listener) = args.start()?;
         let counts = Counts::new(args.workers)?;
         println!(
             "prefork_server: {} workers on http://{} ({:?} backend); Ctrl-C to stop",
@@ -89,8 +67,7 @@ mod server {
         );
         let pids = prefork::fork_workers(args.workers, |w| work(w, &group, &listener, &counts))?;
         drop(listener);
-        prefork::supervise(args.seconds, args.max_requests, &counts, &pids);
-        prefork::report("prefork_server", args.workers, &counts);
+        args.finish("prefork_server", &counts, &pids);
         Ok(())
     }
 

@@ -36,6 +36,12 @@
 #define HERDLESS_BACKEND_EMULATED 2
 
 /**
+ * `rotate_every` value: the adaptive rule, turns by the event and batches under a backlog
+ * (the default; `Rotation::Adaptive` in the Rust API).
+ */
+#define HERDLESS_ROTATE_ADAPTIVE UINT32_MAX
+
+/**
  * Interest and event bit: readable (or a pending connection, or hung up).
  */
 #define HERDLESS_READABLE 1
@@ -161,8 +167,11 @@ typedef struct herdless_options {
    */
   int backend;
   /**
-   * After a member has been handed this many events of an exclusive descriptor it goes to
-   * the back of the line; 0 never rotates (raw EPOLLEXCLUSIVE); default 1 (strict turns).
+   * When a member goes to the back of the line of an exclusive descriptor:
+   * HERDLESS_ROTATE_ADAPTIVE (the default, the Rust API's `Rotation::Adaptive`: strict turns
+   * while events come one at a time, batches of at most 16 under a backlog, 64 in a
+   * stream), or after this many events: 1 is strict turns at any cost, 0 never rotates
+   * (raw EPOLLEXCLUSIVE).
    */
   uint32_t rotate_every;
   /**
@@ -267,7 +276,8 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every 1, 64 members.
+ * Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
+ * HERDLESS_ROTATE_ADAPTIVE, 64 members.
  *
  * Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
  *

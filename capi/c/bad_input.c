@@ -44,6 +44,8 @@ int main(int argc, char **argv) {
     struct herdless_options options;
     EXPECT(herdless_options_init(NULL), HERDLESS_ENULL);
     EXPECT(herdless_options_init(&options), HERDLESS_OK);
+    /* The default turn rule is the adaptive one, as in the Rust API. */
+    EXPECT(options.rotate_every == HERDLESS_ROTATE_ADAPTIVE, 1);
     options.backend = (argc > 1 && strcmp(argv[1], "emulated") == 0) ? HERDLESS_BACKEND_EMULATED
                                                                      : HERDLESS_BACKEND_NATIVE;
     herdless_group group;

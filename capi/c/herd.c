@@ -11,7 +11,7 @@
  * sleeps in the kernel (checked in /proc). Exit 0 only if every message was read exactly once.
  *
  * Usage: herd [--workload pipe|mq] [--waiters N] [--messages M] [--processes]
- *             [--backend native|emulated] [--rotate N] [--quiet]
+ *             [--backend native|emulated] [--rotate N|adaptive] [--quiet]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -158,8 +158,9 @@ static void until_asleep(int pid, int tid) {
 }
 
 int main(int argc, char **argv) {
-    int waiters = 8, processes = 0, quiet = 0, rotate = 1, backend = HERDLESS_BACKEND_NATIVE;
+    int waiters = 8, processes = 0, quiet = 0, backend = HERDLESS_BACKEND_NATIVE;
     uint64_t messages = 20000;
+    uint32_t rotate = HERDLESS_ROTATE_ADAPTIVE;
     const char *workload = "pipe";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -168,14 +169,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--workload") && v) workload = argv[++i];
         else if (!strcmp(a, "--waiters") && v) waiters = atoi(argv[++i]);
         else if (!strcmp(a, "--messages") && v) messages = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--rotate") && v) rotate = atoi(argv[++i]);
+        else if (!strcmp(a, "--rotate") && v) {
+            const char *r = argv[++i];
+            rotate = !strcmp(r, "adaptive") ? HERDLESS_ROTATE_ADAPTIVE : (uint32_t)atoi(r);
+        }
         else if (!strcmp(a, "--backend") && v) {
             backend = !strcmp(argv[++i], "emulated") ? HERDLESS_BACKEND_EMULATED
                                                        : HERDLESS_BACKEND_NATIVE;
         } else {
             fprintf(stderr,
                     "usage: herd [--workload pipe|mq] [--waiters N] [--messages M] "
-                    "[--processes] [--backend native|emulated] [--rotate N] [--quiet]\n");
+                    "[--processes] [--backend native|emulated] [--rotate N|adaptive] [--quiet]\n");
             return 2;
         }
     }
@@ -188,7 +192,7 @@ int main(int argc, char **argv) {
     struct herdless_options options;
     herdless_options_init(&options);
     options.backend = backend;
-    options.rotate_every = (uint32_t)rotate;
+    options.rotate_every = rotate;
     options.max_members = (size_t)waiters;
     herdless_group group;
     int rc = herdless_group_new(&options, &group);
@@ -330,9 +334,11 @@ int main(int argc, char **argv) {
                                    : "native";
     char depth_note[48] = "";
     if (workload_mq) snprintf(depth_note, sizeof depth_note, ", queue depth %ld", depth);
-    printf("herd (C, herdless_poll): %s%s, %d %s, %s backend, rotate_every %d: %llu messages\n",
+    char rotate_name[16] = "adaptive";
+    if (rotate != HERDLESS_ROTATE_ADAPTIVE) snprintf(rotate_name, sizeof rotate_name, "%u", rotate);
+    printf("herd (C, herdless_poll): %s%s, %d %s, %s backend, rotate_every %s: %llu messages\n",
            workload, depth_note, waiters, processes ? "processes" : "threads", backend_name,
-           rotate, (unsigned long long)messages);
+           rotate_name, (unsigned long long)messages);
     printf("  wall time        %.3f s\n", seconds);
     printf("  kernel wake-ups  %llu (%.2f per message; voluntary context switches)\n",
            (unsigned long long)kernel, (double)kernel / (double)messages);

@@ -33,7 +33,7 @@ pub use errors::*;
 #[cfg(unix)]
 pub use poll::{herdless_poll, HERDLESS_POLLEXCL, HERDLESS_POLLONE};
 
-use herdless::{Backend, Group, Interest};
+use herdless::{Backend, Group, Interest, Rotation};
 
 use errors::{ffi, Failure};
 
@@ -70,13 +70,20 @@ pub const HERDLESS_BACKEND_EMULATED: c_int = 2;
 pub struct herdless_options {
     /// HERDLESS_BACKEND_AUTO (default), HERDLESS_BACKEND_NATIVE or HERDLESS_BACKEND_EMULATED.
     pub backend: c_int,
-    /// After a member has been handed this many events of an exclusive descriptor it goes to
-    /// the back of the line; 0 never rotates (raw EPOLLEXCLUSIVE); default 1 (strict turns).
+    /// When a member goes to the back of the line of an exclusive descriptor:
+    /// HERDLESS_ROTATE_ADAPTIVE (the default, the Rust API's `Rotation::Adaptive`: strict turns
+    /// while events come one at a time, batches of at most 16 under a backlog, 64 in a
+    /// stream), or after this many events: 1 is strict turns at any cost, 0 never rotates
+    /// (raw EPOLLEXCLUSIVE).
     pub rotate_every: u32,
     /// How many members may join (default 64, at most 4096). The emulation keeps a pipe per
     /// member slot.
     pub max_members: usize,
 }
+
+/// `rotate_every` value: the adaptive rule, turns by the event and batches under a backlog
+/// (the default; `Rotation::Adaptive` in the Rust API).
+pub const HERDLESS_ROTATE_ADAPTIVE: u32 = u32::MAX;
 
 /// Interest and event bit: readable (or a pending connection, or hung up).
 pub const HERDLESS_READABLE: u32 = 0x1;
@@ -226,7 +233,8 @@ fn with_source<R>(
     Ok(f(source)?)
 }
 
-/// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every 1, 64 members.
+/// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
+/// HERDLESS_ROTATE_ADAPTIVE, 64 members.
 ///
 /// Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
 ///
@@ -239,7 +247,7 @@ pub unsafe extern "C" fn herdless_options_init(options: *mut herdless_options) -
         // SAFETY: the caller's contract (see # Safety).
         *unsafe { out(options, "options") }? = herdless_options {
             backend: HERDLESS_BACKEND_AUTO,
-            rotate_every: 1,
+            rotate_every: HERDLESS_ROTATE_ADAPTIVE,
             max_members: herdless::DEFAULT_MAX_MEMBERS,
         };
         Ok(HERDLESS_OK)
@@ -269,7 +277,7 @@ pub unsafe extern "C" fn herdless_group_new(
         let options = if options.is_null() {
             herdless_options {
                 backend: HERDLESS_BACKEND_AUTO,
-                rotate_every: 1,
+                rotate_every: HERDLESS_ROTATE_ADAPTIVE,
                 max_members: herdless::DEFAULT_MAX_MEMBERS,
             }
         } else {
@@ -287,9 +295,13 @@ pub unsafe extern "C" fn herdless_group_new(
                 ))
             }
         };
+        let rotation = match options.rotate_every {
+            HERDLESS_ROTATE_ADAPTIVE => Rotation::Adaptive,
+            n => Rotation::Every(n),
+        };
         let group = Group::builder()
             .backend(backend)
-            .rotate_every(options.rotate_every)
+            .rotation(rotation)
             .max_members(options.max_members)
             .build()?;
         *out_group = herdless_group {

@@ -102,8 +102,11 @@ fn compile(name: &str) -> Option<PathBuf> {
 
 /// Runs a built program; panics with its output unless it exits 0.
 fn run(exe: &Path, args: &[&str]) -> String {
+    // The library the program was linked against, first: cargo's LD_LIBRARY_PATH, which
+    // outranks the program's run path, may name a directory with an older build of it.
     let out: Output = Command::new(exe)
         .args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
         .output()
         .expect("the program runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -192,6 +195,21 @@ fn c_herd_threads_on_a_pipe_emulated() {
         "4000",
         "--backend",
         "emulated",
+    ]);
+}
+
+/// The default is the adaptive rule; strict turns stay one option away.
+#[test]
+fn c_herd_threads_on_a_pipe_native_strict_turns() {
+    herd(&[
+        "--waiters",
+        "8",
+        "--messages",
+        "4000",
+        "--backend",
+        "native",
+        "--rotate",
+        "1",
     ]);
 }
 

@@ -333,8 +333,15 @@ impl Protocol<'_> {
         }
     }
 
-    /// `me`, the leader, saw `s` ready: claims its event. False if another member holds it.
-    pub(crate) fn claim(&self, s: usize, me: u32) -> bool {
+    /// How many claims of `s` have been won so far. A member reads it before it finds `s` free
+    /// to watch, and hands the count to `confirm_claim`.
+    pub(crate) fn claims_won(&self, s: usize) -> u64 {
+        self.source(s).claims.load(SeqCst)
+    }
+
+    /// `me`, the leader, saw `s` ready: claims its event. `None` if another member holds it;
+    /// else how many claims of `s` were won before this one (for `confirm_claim`).
+    pub(crate) fn claim(&self, s: usize, me: u32) -> Option<u64> {
         let src = self.source(s);
         // The claim's time is stored before the claim itself: a member that sees the new
         // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
@@ -345,12 +352,48 @@ impl Protocol<'_> {
             .holder
             .compare_exchange(NONE, me, SeqCst, SeqCst)
             .is_ok();
-        if won && now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
+        if !won {
+            return None;
+        }
+        let claims_before = src.claims.fetch_add(1, SeqCst);
+        if now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
             // The first claim after a quiet spell: members asleep since then have no timer,
             // so `pass` rings the next leader (see `hold_left`).
             src.quiet_claim.store(1, SeqCst);
         }
-        won
+        Some(claims_before)
+    }
+
+    /// `me` won the claim of `s` after `before` others, for a readiness it saw after it last
+    /// found `s` free, when `seen` claims had been won. If another claim was won in between,
+    /// the readiness may be gone: the member that claimed in between may have consumed it.
+    /// (That is the batch's race: the leader sees the source ready, a member ahead of it in
+    /// line comes back to `wait`, takes the token back, claims, consumes and releases, all
+    /// before the first one's claim; without this check the first reads nothing.) Then `me`
+    /// keeps its claim only if the source is `still_ready` (asked only then, while `me` holds
+    /// it, so nobody else consumes meanwhile), and otherwise gives it up, as if consumed, and
+    /// returns false. A claim with no other in between keeps the event as it was seen: every
+    /// hold that could consume it was released before `me` found the source free.
+    pub(crate) fn confirm_claim(
+        &self,
+        s: usize,
+        me: u32,
+        seen: u64,
+        before: u64,
+        still_ready: impl FnOnce() -> bool,
+    ) -> bool {
+        if before == seen || still_ready() {
+            return true;
+        }
+        let src = self.source(s);
+        if src
+            .holder
+            .compare_exchange(me, NONE, SeqCst, SeqCst)
+            .is_ok()
+        {
+            self.ring_after_release(s, me);
+        }
+        false
     }
 
     /// After `handed` events of source `s` since it last went to the back of the line, is it
@@ -764,7 +807,7 @@ mod model {
                 let w = w.clone();
                 thread::spawn(move || {
                     // `hand_one`: claims only while it still leads.
-                    w.leader() == stuck && w.token().claim(0, stuck)
+                    w.leader() == stuck && w.token().claim(0, stuck).is_some()
                 })
             };
             let took = w.token().take_from_stuck(0, checker, stuck);
@@ -914,7 +957,7 @@ mod model {
             let claims: Vec<_> = (0..2)
                 .map(|m| {
                     let w = w.clone();
-                    thread::spawn(move || w.token().claim(0, m))
+                    thread::spawn(move || w.token().claim(0, m).is_some())
                 })
                 .collect();
             let won = claims

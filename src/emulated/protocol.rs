@@ -949,6 +949,66 @@ mod model {
         });
     }
 
+    /// One step of `hand_one` for `me`, on source 0 holding one message (`queued`): `me` found
+    /// the source free after `seen` claims and saw the message, and claims it if it still
+    /// leads. Returns whether it kept the claim, and then reads the message (it must be there)
+    /// and releases.
+    fn claim_and_read(
+        w: &World,
+        me: u32,
+        seen: u64,
+        queued: &loom::sync::atomic::AtomicBool,
+    ) -> bool {
+        let token = w.token();
+        if w.leader() != me {
+            return false;
+        }
+        let Some(before) = token.claim(0, me) else {
+            return false;
+        };
+        if !token.confirm_claim(0, me, seen, before, || queued.load(SeqCst)) {
+            return false;
+        }
+        assert!(
+            queued.swap(false, SeqCst),
+            "member {me} was handed an empty queue"
+        );
+        token.release(0, me);
+        true
+    }
+
+    /// The batch's take-back: member 1 leads and sees the one queued message, while member 0,
+    /// ahead of it in line, comes back to `wait`, takes the token back, claims and reads the
+    /// message. Member 1's claim, if it wins one after that, is given up: nobody is handed a
+    /// readiness another member consumed, and the message is read once.
+    #[test]
+    fn a_readiness_consumed_by_a_take_back() {
+        loom::model(|| {
+            let w = World::new(2);
+            let (back, leader) = (0, 1);
+            w.set_state(back, state::IDLE);
+            w.set_state(leader, state::IDLE);
+            w.shared.source(0).leader.store(leader, SeqCst);
+            let queued = Arc::new(loom::sync::atomic::AtomicBool::new(true));
+            let first = {
+                let (w, queued) = (w.clone(), queued.clone());
+                thread::spawn(move || {
+                    // `match_poller`: the count, then the source found free; then the message seen.
+                    let seen = w.token().claims_won(0);
+                    let sees = w.token().needs_watch(0) && queued.load(SeqCst);
+                    sees && claim_and_read(&w, leader, seen, &queued)
+                })
+            };
+            let took = w.token().take_if_due(0, back);
+            let seen = w.token().claims_won(0);
+            let sees = w.token().needs_watch(0) && queued.load(SeqCst);
+            let second = took && sees && claim_and_read(&w, back, seen, &queued);
+            let first = first.join().unwrap();
+            assert!(first || second, "the message was never read");
+            assert!(!queued.load(SeqCst));
+        });
+    }
+
     /// Two members see the source ready at once: exactly one claims it.
     #[test]
     fn one_claim_wins() {

@@ -28,6 +28,13 @@
 //! source stores the holder then loads the leader, while a new leader stores itself then loads
 //! the holder.
 //!
+//! A claim is checked against the readiness it is for. A leader's view of its source can be
+//! overtaken: between its kernel wait reporting the source ready and its claim, a member ahead
+//! of it in line may come back to `wait` (a batch), take the token back, claim, consume and
+//! release. So every won claim is counted (`claims`), a member reads the count before it finds
+//! the source free to watch, and a claim won after another one since keeps its event only if
+//! the source is still ready (`confirm_claim`); otherwise it is given up as if consumed.
+//!
 //! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
 //! the new leader at once and names its *deputy* (the next idle member after it), which the
 //! holder's `release` rings; both spin for their turn instead of sleeping. A third

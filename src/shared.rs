@@ -48,6 +48,10 @@ pub(crate) struct SourceSlot {
     pub holder: AtomicU32,
     /// The token: the member that watches this source, or NONE.
     pub leader: AtomicU32,
+    /// How many claims of this source have been won so far. A member that saw the source
+    /// ready keeps its claim only if no other claim was won since it last looked at who holds
+    /// the source (see `Protocol::claim`).
+    pub claims: AtomicU64,
     /// The member that last handed the token on; it checks that the leader is alive.
     pub watcher: AtomicU32,
     /// Where the line starts: the next leader is the first idle member from here on.
@@ -227,6 +231,7 @@ impl Memory {
                 id: zero64(),
                 holder: zero32(),
                 leader: zero32(),
+                claims: zero64(),
                 watcher: zero32(),
                 line_head: zero32(),
                 deputy: std::sync::atomic::AtomicU32::new(NONE),

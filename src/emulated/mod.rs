@@ -10,7 +10,8 @@
 //! `deathwatch`).
 //!
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
-//! the leader its holder → `pass` hands the token to the next idle member → the event goes to
+//! the leader its holder (kept only if no other claim was won since the leader found the
+//! source free, or the source is still ready: `confirm_claim`) → `pass` hands the token to the next idle member → the event goes to
 //! the caller, who reads and calls `consumed` (or comes back to `wait`) → `release` lets the new
 //! leader watch: its `match_poller` puts the descriptor in its poller again.
 //!
@@ -119,6 +120,8 @@ struct Registration {
     /// (leader, its last claim, when) if this member, checking on the leader of this
     /// exclusive source, last saw it ready with nobody holding it: the leader may be stuck.
     suspect: Option<(u32, u64, Instant)>,
+    /// The source's claim count when this member last found it free to watch.
+    claims_seen: u64,
 }
 
 impl registry::Registered for Registration {
@@ -279,6 +282,7 @@ impl EmulatedWaiter {
                 handed: 0,
                 queued: false,
                 suspect: None,
+                claims_seen: 0,
             },
         );
         self.next_seq += 1;
@@ -387,7 +391,16 @@ impl EmulatedWaiter {
         for &fd in &self.exclusive_fds {
             let reg = &self.registrations[&fd];
             let Some(s) = reg.source else { continue };
+            // The claims won so far, read before the source is found free: any readiness
+            // seen from now on is checked against it (`Protocol::confirm_claim`).
+            let claims = tk.claims_won(s);
             let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
+            if want {
+                reg.claims_seen = claims;
+            }
             if want != reg.in_poller {
                 changes.push((fd, want));
             }
@@ -837,8 +850,15 @@ impl EmulatedWaiter {
             return; // no longer ready
         }
         if let Some(s) = reg.source {
-            if tk.shared.source(s).leader.load(SeqCst) != me || !tk.claim(s, me) {
+            if tk.shared.source(s).leader.load(SeqCst) != me {
                 return;
+            }
+            let Some(before) = tk.claim(s, me) else {
+                return;
+            };
+            let (fd, interest) = (p.fd, reg.interest);
+            if !tk.confirm_claim(s, me, reg.claims_seen, before, || ready_now(fd, interest)) {
+                return; // consumed by another member since this one saw it ready
             }
             self.holding.push((s, reg.key));
             reg.handed += 1;

@@ -28,6 +28,13 @@
 //! source stores the holder then loads the leader, while a new leader stores itself then loads
 //! the holder.
 //!
+//! A claim is checked against the readiness it is for. A leader's view of its source can be
+//! overtaken: between its kernel wait reporting the source ready and its claim, a member ahead
+//! of it in line may come back to `wait` (a batch), take the token back, claim, consume and
+//! release. So every won claim is counted (`claims`), a member reads the count before it finds
+//! the source free to watch, and a claim won after another one since keeps its event only if
+//! the source is still ready (`confirm_claim`); otherwise it is given up as if consumed.
+//!
 //! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
 //! the new leader at once and names its *deputy* (the next idle member after it), which the
 //! holder's `release` rings; both spin for their turn instead of sleeping. A third
@@ -333,8 +340,15 @@ impl Protocol<'_> {
         }
     }
 
-    /// `me`, the leader, saw `s` ready: claims its event. False if another member holds it.
-    pub(crate) fn claim(&self, s: usize, me: u32) -> bool {
+    /// How many claims of `s` have been won so far. A member reads it before it finds `s` free
+    /// to watch, and hands the count to `confirm_claim`.
+    pub(crate) fn claims_won(&self, s: usize) -> u64 {
+        self.source(s).claims.load(SeqCst)
+    }
+
+    /// `me`, the leader, saw `s` ready: claims its event. `None` if another member holds it;
+    /// else how many claims of `s` were won before this one (for `confirm_claim`).
+    pub(crate) fn claim(&self, s: usize, me: u32) -> Option<u64> {
         let src = self.source(s);
         // The claim's time is stored before the claim itself: a member that sees the new
         // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
@@ -345,12 +359,48 @@ impl Protocol<'_> {
             .holder
             .compare_exchange(NONE, me, SeqCst, SeqCst)
             .is_ok();
-        if won && now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
+        if !won {
+            return None;
+        }
+        let claims_before = src.claims.fetch_add(1, SeqCst);
+        if now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
             // The first claim after a quiet spell: members asleep since then have no timer,
             // so `pass` rings the next leader (see `hold_left`).
             src.quiet_claim.store(1, SeqCst);
         }
-        won
+        Some(claims_before)
+    }
+
+    /// `me` won the claim of `s` after `before` others, for a readiness it saw after it last
+    /// found `s` free, when `seen` claims had been won. If another claim was won in between,
+    /// the readiness may be gone: the member that claimed in between may have consumed it.
+    /// (That is the batch's race: the leader sees the source ready, a member ahead of it in
+    /// line comes back to `wait`, takes the token back, claims, consumes and releases, all
+    /// before the first one's claim; without this check the first reads nothing.) Then `me`
+    /// keeps its claim only if the source is `still_ready` (asked only then, while `me` holds
+    /// it, so nobody else consumes meanwhile), and otherwise gives it up, as if consumed, and
+    /// returns false. A claim with no other in between keeps the event as it was seen: every
+    /// hold that could consume it was released before `me` found the source free.
+    pub(crate) fn confirm_claim(
+        &self,
+        s: usize,
+        me: u32,
+        seen: u64,
+        before: u64,
+        still_ready: impl FnOnce() -> bool,
+    ) -> bool {
+        if before == seen || still_ready() {
+            return true;
+        }
+        let src = self.source(s);
+        if src
+            .holder
+            .compare_exchange(me, NONE, SeqCst, SeqCst)
+            .is_ok()
+        {
+            self.ring_after_release(s, me);
+        }
+        false
     }
 
     /// After `handed` events of source `s` since it last went to the back of the line, is it
@@ -764,7 +814,7 @@ mod model {
                 let w = w.clone();
                 thread::spawn(move || {
                     // `hand_one`: claims only while it still leads.
-                    w.leader() == stuck && w.token().claim(0, stuck)
+                    w.leader() == stuck && w.token().claim(0, stuck).is_some()
                 })
             };
             let took = w.token().take_from_stuck(0, checker, stuck);
@@ -906,6 +956,66 @@ mod model {
         });
     }
 
+    /// One step of `hand_one` for `me`, on source 0 holding one message (`queued`): `me` found
+    /// the source free after `seen` claims and saw the message, and claims it if it still
+    /// leads. Returns whether it kept the claim, and then reads the message (it must be there)
+    /// and releases.
+    fn claim_and_read(
+        w: &World,
+        me: u32,
+        seen: u64,
+        queued: &loom::sync::atomic::AtomicBool,
+    ) -> bool {
+        let token = w.token();
+        if w.leader() != me {
+            return false;
+        }
+        let Some(before) = token.claim(0, me) else {
+            return false;
+        };
+        if !token.confirm_claim(0, me, seen, before, || queued.load(SeqCst)) {
+            return false;
+        }
+        assert!(
+            queued.swap(false, SeqCst),
+            "member {me} was handed an empty queue"
+        );
+        token.release(0, me);
+        true
+    }
+
+    /// The batch's take-back: member 1 leads and sees the one queued message, while member 0,
+    /// ahead of it in line, comes back to `wait`, takes the token back, claims and reads the
+    /// message. Member 1's claim, if it wins one after that, is given up: nobody is handed a
+    /// readiness another member consumed, and the message is read once.
+    #[test]
+    fn a_readiness_consumed_by_a_take_back() {
+        loom::model(|| {
+            let w = World::new(2);
+            let (back, leader) = (0, 1);
+            w.set_state(back, state::IDLE);
+            w.set_state(leader, state::IDLE);
+            w.shared.source(0).leader.store(leader, SeqCst);
+            let queued = Arc::new(loom::sync::atomic::AtomicBool::new(true));
+            let first = {
+                let (w, queued) = (w.clone(), queued.clone());
+                thread::spawn(move || {
+                    // `match_poller`: the count, then the source found free; then the message seen.
+                    let seen = w.token().claims_won(0);
+                    let sees = w.token().needs_watch(0) && queued.load(SeqCst);
+                    sees && claim_and_read(&w, leader, seen, &queued)
+                })
+            };
+            let took = w.token().take_if_due(0, back);
+            let seen = w.token().claims_won(0);
+            let sees = w.token().needs_watch(0) && queued.load(SeqCst);
+            let second = took && sees && claim_and_read(&w, back, seen, &queued);
+            let first = first.join().unwrap();
+            assert!(first || second, "the message was never read");
+            assert!(!queued.load(SeqCst));
+        });
+    }
+
     /// Two members see the source ready at once: exactly one claims it.
     #[test]
     fn one_claim_wins() {
@@ -914,7 +1024,7 @@ mod model {
             let claims: Vec<_> = (0..2)
                 .map(|m| {
                     let w = w.clone();
-                    thread::spawn(move || w.token().claim(0, m))
+                    thread::spawn(move || w.token().claim(0, m).is_some())
                 })
                 .collect();
             let won = claims

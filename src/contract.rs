@@ -31,10 +31,13 @@ pub enum Backend {
 /// row, before it goes to the back. The backend measures, never guesses: both ask the
 /// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
 /// Windows uses the backlog average it keeps for its spinning decision instead). The native
-/// backend also counts a *stream* as a backlog: events closer than 5 µs apart on average
-/// across the group (a producer at full speed), where handing each to another thread would
-/// wake a cold thread per event. With nobody to hand to (no other member inside `wait`), no
-/// backend rotates at all. See `docs/internals.md`, "Rotation".
+/// backend also takes batches in a *stream*: events closer than 10 µs apart on average that
+/// overlap (a member was handed the next while another still held its own: a producer that
+/// does not wait for its readers), where handing each to another thread would wake a cold
+/// thread per event; there a turn lasts about 300 µs (at most 96 events). Events that come one
+/// at a time never overlap, however close together: strict turns. With nobody to hand to (no
+/// other member inside `wait`), no backend rotates at all. See `docs/internals.md`,
+/// "Rotation".
 ///
 /// ```
 /// use herdless::{Group, Rotation};
@@ -47,7 +50,8 @@ pub enum Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Rotation {
     /// Strict turns while events come one at a time, batches of up to [`ADAPTIVE_BATCH`]
-    /// events per member while the descriptor has a backlog (the default).
+    /// events per member while the descriptor has a backlog, and (native) longer ones in a
+    /// stream (the default).
     #[default]
     Adaptive,
     /// After `n` events, always: `Every(1)` is strict turns at any cost, `Every(0)` never

@@ -95,9 +95,17 @@ pub(crate) struct Header {
     /// A member that dies inside its wait leaves one too many, which only means a rotation
     /// more; the emulation keeps IDLE and BUSY in the member table instead.
     pub native_waiting: AtomicU32,
+    /// How many exclusive events the native members of the group were handed in all: a member
+    /// notes the count when it is handed one, and if the count moved by the time it consumed
+    /// it, another event came while it held its own (see `native_overlap`).
+    pub native_handed: AtomicU64,
+    /// `native_handed` when a native member's event last overlapped another (0: never): a hint
+    /// for `Rotation::Adaptive`, which lets a member take a batch while events overlap (a
+    /// stream: the producer does not wait for the readers).
+    pub native_overlap_at: AtomicU64,
     /// When a native member was last handed an exclusive event (monotonic ns), and the moving
-    /// average of the gaps between such events (1/8 weight): hints for `Rotation::Adaptive`,
-    /// which keeps a member's turn while events come faster than `STREAM_GAP` apart.
+    /// average of the gaps between such events (1/8 weight): with `native_overlap`, the hint
+    /// `Rotation::Adaptive` reads a stream from.
     pub native_last_event_ns: AtomicU64,
     /// See `native_last_event_ns`.
     pub native_gap_ns: AtomicU64,
@@ -225,6 +233,8 @@ impl Memory {
             first_pid: zero32(),
             spans_processes: zero32(),
             native_waiting: zero32(),
+            native_handed: zero64(),
+            native_overlap_at: zero64(),
             native_last_event_ns: zero64(),
             native_gap_ns: zero64(),
             sources: std::array::from_fn(|_| SourceSlot {

@@ -60,10 +60,9 @@ fn back_to_back_stays_even(backend: Backend) {
 }
 
 /// Back to back (the next message is written once the last was read) there is no backlog
-/// either: on the emulation the default rule keeps strict turns. Natively, messages this close
-/// (5 to 10 µs apart here, a channel round trip) sit at the edge of what the adaptive rule
-/// calls a stream, where a member keeps its turn: nothing is lost, but the spread is not
-/// promised (Jain 0.92–1.00 measured; "Not promised" in `docs/internals.md`).
+/// either, and however close together the messages come (5 to 10 µs here, a channel round
+/// trip), none overlaps another: the default rule keeps strict turns on both backends (the
+/// native stream rule needs overlapping events, see `platform/linux.rs`).
 fn adaptive_back_to_back_stays_even(backend: Backend) {
     back_to_back_stays_even_under(backend, Rotation::Adaptive);
 }
@@ -73,9 +72,6 @@ fn back_to_back_stays_even_under(backend: Backend, rotation: Rotation) {
     out.report(&format!("{backend:?} {rotation:?}, back to back"));
     out.assert_exactly_once(800);
     let index = jain(&out.per_member);
-    if (backend, rotation) == (Backend::Native, Rotation::Adaptive) {
-        return; // at the edge of a stream: the spread is reported, not promised
-    }
     assert!(index >= 0.99, "Jain's index {index} < 0.99: {out:?}");
     if backend == Backend::Emulated {
         // The emulation's promise: exact turns, never an empty read, at most two kernel

@@ -199,7 +199,7 @@ fn one_token_per_file(backend: Backend) {
     }
 }
 
-against_every_backend!(
+every_backend!(
     refusals_are_typed_and_harmless,
     builder_settings_are_checked,
     endless_timeout_is_no_deadline,

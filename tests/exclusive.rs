@@ -142,7 +142,7 @@ fn without_exclusive_the_herd_wakes(backend: Backend) {
     );
 }
 
-against_every_backend!(
+every_backend!(
     one_message_wakes_one_waiter,
     without_exclusive_the_herd_wakes
 );

@@ -247,7 +247,7 @@ fn waiter_in_a_forked_child_is_refused(backend: Backend) {
     assert_eq!(wait_keys(&mut waiter, 4).len(), 1);
 }
 
-against_every_backend!(
+every_backend!(
     member_killed_while_idle,
     token_holder_killed,
     member_killed_while_handling,

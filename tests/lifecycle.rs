@@ -322,7 +322,7 @@ fn reaper_killed_mid_reap(backend: Backend) {
     b.delete(&rx).unwrap();
 }
 
-against_every_backend!(
+every_backend!(
     join_storm,
     join_storm_while_others_leave_and_die,
     reaper_killed_mid_reap,

@@ -179,4 +179,4 @@ fn sequences_follow_the_model(backend: Backend) {
     });
 }
 
-against_every_backend!(sequences_follow_the_model);
+every_backend!(sequences_follow_the_model);

@@ -70,7 +70,7 @@ fn refused_modify_keeps_the_registration(backend: Backend) {
     waiter.delete(&rx).unwrap();
 }
 
-against_every_backend!(
+every_backend!(
     modify_exclusive_registration,
     refused_modify_keeps_the_registration
 );

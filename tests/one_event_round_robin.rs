@@ -55,7 +55,7 @@ fn without_the_flag_all_at_once(backend: Backend) {
     assert_eq!(wait_keys(&mut waiter, 16).len(), 3);
 }
 
-against_every_backend!(
+every_backend!(
     exclusive_pipes_in_turn,
     plain_pipes_in_turn,
     without_the_flag_all_at_once

@@ -128,7 +128,7 @@ fn listener_accepts_across_processes(backend: Backend) {
     }
 }
 
-against_every_backend!(
+every_backend!(
     pipe_turns_across_processes,
     listener_accepts_across_processes
 );

@@ -132,7 +132,7 @@ fn adaptive_under_a_backlog(backend: Backend) {
     }
 }
 
-against_every_backend!(
+every_backend!(
     strict_turns_with_a_gap,
     adaptive_turns_with_a_gap,
     no_rotation_reproduces_the_monopoly,

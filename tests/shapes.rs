@@ -746,7 +746,7 @@ fn huge_events_capacity(backend: Backend) {
     assert_eq!(events.iter().next().unwrap().key, 3);
 }
 
-against_every_backend!(
+every_backend!(
     huge_events_capacity,
     two_sources_threads,
     eight_sources_threads,

@@ -1,6 +1,6 @@
 //! Helpers shared by the behaviour tests: real pipes, kernel counters, waiting for a thread to be
-//! asleep in the kernel, fairness figures, and the macro that runs each behaviour against every
-//! backend.
+//! asleep in the kernel, fairness figures, and (from `herdless-fixtures`) the macro that runs each
+//! behaviour against every backend.
 #![allow(dead_code)]
 
 use std::io;
@@ -8,56 +8,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use herdless::{Backend, Group, Rotation};
-
-/// The bound on a wait a test expects to return: never reached by a working group, and a hang
-/// fails the test instead of stalling it.
-pub const WAIT_BOUND: Duration = Duration::from_secs(10);
-
-/// One `wait` of at most `WAIT_BOUND` with room for `capacity` events: the events' keys.
-pub fn wait_keys(waiter: &mut herdless::Waiter, capacity: usize) -> Vec<usize> {
-    let mut events = herdless::Events::with_capacity(capacity);
-    let n = waiter.wait(&mut events, Some(WAIT_BOUND)).unwrap();
-    assert_eq!(n, events.len(), "wait's count and its events disagree");
-    events.iter().map(|e| e.key).collect()
-}
-
-/// Runs each listed behaviour `fn name(backend: Backend)` once per backend:
-/// `native::name` and `emulated::name`.
-#[macro_export]
-macro_rules! against_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod native {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(backend) = $crate::common::native() {
-                        super::$name(backend);
-                    }
-                }
-            )*
-        }
-        mod emulated {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(herdless::Backend::Emulated);
-                }
-            )*
-        }
-    };
-}
-
-/// The native backend, or a loud skip where this kernel has none.
-pub fn native() -> Option<Backend> {
-    match Group::builder().backend(Backend::Native).build() {
-        Ok(_) => Some(Backend::Native),
-        Err(e) => {
-            eprintln!("SKIPPED: the native backend is not available on this machine: {e}");
-            println!("SKIPPED: the native backend is not available on this machine: {e}");
-            None
-        }
-    }
-}
+#[allow(unused_imports)] // each test binary uses a part
+pub use herdless_fixtures::{every_backend, wait_keys, WAIT_BOUND};
 
 /// Forking while another test thread of the same binary forks, or holds a lock a child
 /// needs, is asking for trouble: the tests that fork take this first, one at a time.

@@ -1,67 +1,18 @@
 //! Helpers for the portable conformance tests (`tests/portable_*.rs`): what they need on every
 //! system herdless runs on, Windows included. Loopback UDP and TCP sockets stand in for pipes
 //! (on Windows `polling` watches sockets only), raw numbers are borrowed as the platform's source
-//! type, and `every_backend!` runs each behaviour once per backend, skipping loudly where a
-//! backend does not exist. Nothing here uses `/proc`, `fork` or Unix descriptors.
+//! type, and `every_backend!` (from `herdless-fixtures`) runs each behaviour once per backend,
+//! skipping loudly where a backend does not exist. Nothing here uses `/proc`, `fork` or Unix descriptors.
 //!
 //! The Unix-only helpers (pipes, kernel counters, forked members) are in `common/mod.rs`.
 #![allow(dead_code)]
 
 use std::io;
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::time::Duration;
 
-use herdless::{Backend, Group, RawSource};
-
-/// The bound on a wait a test expects to return: never reached by a working group, and a hang
-/// fails the test instead of stalling it.
-pub const WAIT_BOUND: Duration = Duration::from_secs(10);
-
-/// Runs each listed behaviour `fn name(backend: Backend)` once per backend: `native::name` and
-/// `emulated::name`.
-#[macro_export]
-macro_rules! every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod native {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(backend) = $crate::portable::native() {
-                        super::$name(backend);
-                    }
-                }
-            )*
-        }
-        mod emulated {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(herdless::Backend::Emulated);
-                }
-            )*
-        }
-    };
-}
-
-/// The native backend, or a loud skip where this system has none (every system but Linux).
-pub fn native() -> Option<Backend> {
-    match Group::builder().backend(Backend::Native).build() {
-        Ok(_) => Some(Backend::Native),
-        Err(e) => {
-            eprintln!("SKIPPED: the native backend is not available on this system: {e}");
-            println!("SKIPPED: the native backend is not available on this system: {e}");
-            None
-        }
-    }
-}
-
-/// One `wait` of at most `WAIT_BOUND` with room for `capacity` events: the events' keys.
-pub fn wait_keys(waiter: &mut herdless::Waiter, capacity: usize) -> Vec<usize> {
-    let mut events = herdless::Events::with_capacity(capacity);
-    let n = waiter.wait(&mut events, Some(WAIT_BOUND)).unwrap();
-    assert_eq!(n, events.len(), "wait's count and its events disagree");
-    events.iter().map(|e| e.key).collect()
-}
+use herdless::RawSource;
+#[allow(unused_imports)] // each test binary uses a part
+pub use herdless_fixtures::{every_backend, wait_keys, WAIT_BOUND};
 
 /// A UDP "pipe" on loopback: (receiving socket, non-blocking; sending socket, connected to it).
 /// Each datagram is one message, and a datagram left unread keeps the receiver readable.

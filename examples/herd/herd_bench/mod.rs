@@ -46,8 +46,8 @@ pub struct Args {
     plain_cap: u64,
     /// Modes to run, comma-separated: plain (the `polling` crate, one Poller per waiter, no
     /// exclusivity), native-exclusive (raw EPOLLEXCLUSIVE, no rotation), native-rr (herdless
-    /// native, rotate every event, one event round robin), emulated-rr (herdless token passing,
-    /// likewise).
+    /// native, exclusive + one event round robin, turns as `--rotate-every` says), emulated-rr
+    /// (herdless token passing, likewise).
     #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_MODES)]
     modes: Vec<Mode>,
     /// Rotation settings of the herdless round-robin modes (native-rr, emulated-rr), each run

@@ -65,7 +65,7 @@ use doorbell::Doorbells;
 use identity::{identify, refuse_anonymous};
 use kernel_wait::RawEvents;
 pub(crate) use protocol::Protocol;
-use protocol::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+use protocol::{Now, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -507,12 +507,14 @@ impl EmulatedWaiter {
             if !std::mem::take(&mut first) && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);
             }
+            // One clock reading for this pass's looks at the holds, if any needs it.
+            let now = Now::new();
             for &s in &self.sources {
                 // A holder that kept its event too long is not waited for (`HOLD_BOUND`).
                 // (The holder is read before the hold's age: a claim made after that read is
                 // young, and is not ended.)
                 let holder = tk.shared.source(s).holder.load(SeqCst);
-                if tk.hold_left(s, me) == Some(Duration::ZERO) {
+                if tk.hold_left(s, me, &now) == Some(Duration::ZERO) {
                     tk.expire_hold(s, me, holder);
                 }
                 if !tk.take_if_due(s, me) {
@@ -550,7 +552,7 @@ impl EmulatedWaiter {
             let hold = self
                 .sources
                 .iter()
-                .filter_map(|&s| tk.hold_left(s, me))
+                .filter_map(|&s| tk.hold_left(s, me, &now))
                 .min();
             let suspect = self
                 .exclusive_fds

@@ -439,9 +439,11 @@ impl Protocol<'_> {
     /// `me` consumed the readiness of `s`: the leader may watch it again.
     pub(crate) fn release(&self, s: usize, me: u32) {
         let src = self.source(s);
-        if src.holder.load(SeqCst) == me {
+        if src.holder.load(SeqCst) == me && self.has_backlog(s) {
             // A moving average over the last few holds (1/8 weight); a hint, so races between
-            // holders of one source only blur it.
+            // holders of one source only blur it. It is read only under a backlog
+            // (`spinning_pays`), so it is only measured then: without one, a release reads no
+            // clock, and the average a backlog starts with is that of the last one.
             let held = monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst));
             let average = src.hold_ns.load(SeqCst);
             src.hold_ns.store(average - average / 8 + held / 8, SeqCst);
@@ -476,15 +478,24 @@ impl Protocol<'_> {
     /// the source is active (a claim within `ACTIVE_WINDOW`), every member that does not
     /// watch it sleeps at most `HOLD_BOUND`. A quiet source costs no timer: the first claim
     /// after a quiet spell rings the new leader instead (see `claim` and `pass`).
-    pub(crate) fn hold_left(&self, s: usize, me: u32) -> Option<Duration> {
+    ///
+    /// The clock is read through `now`, only when a hold's age matters (someone else holds
+    /// `s`, or someone else leads it), and at most once per `now`: a leader alone on its
+    /// source reads no clock here. The time is read before the claim's: an age so measured is
+    /// never more than the real one, so a young hold is never ended as overdue, and a reading
+    /// shared by several calls (one pass of `wait`) only makes a timer run later by that pass.
+    pub(crate) fn hold_left(&self, s: usize, me: u32, now: &Now) -> Option<Duration> {
         let src = self.source(s);
         let holder = src.holder.load(SeqCst);
         let leader = src.leader.load(SeqCst);
-        let since_claim =
-            Duration::from_nanos(monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst)));
+        let since_claim = || {
+            let now = now.get();
+            Duration::from_nanos(now.saturating_sub(src.claimed_at.load(SeqCst)))
+        };
         if holder != NONE && holder != me {
-            Some(HOLD_BOUND.saturating_sub(since_claim))
-        } else if holder == NONE && leader != me && leader != NONE && since_claim < ACTIVE_WINDOW {
+            Some(HOLD_BOUND.saturating_sub(since_claim()))
+        } else if holder == NONE && leader != me && leader != NONE && since_claim() < ACTIVE_WINDOW
+        {
             Some(HOLD_BOUND)
         } else {
             None
@@ -620,6 +631,29 @@ impl Protocol<'_> {
             }
         }
         members.finish_reap(reap);
+    }
+}
+
+/// One reading of the monotonic clock, taken when first asked for and then kept: the calls
+/// of one pass that need the time share a reading, and a pass that needs none reads no clock.
+pub(crate) struct Now(std::cell::Cell<u64>);
+
+impl Now {
+    /// Not read yet.
+    pub(crate) fn new() -> Now {
+        Now(std::cell::Cell::new(0))
+    }
+
+    /// The reading, taken now if not taken yet (0 stands for "not yet": the clock is far past it).
+    fn get(&self) -> u64 {
+        match self.0.get() {
+            0 => {
+                let now = monotonic_ns();
+                self.0.set(now);
+                now
+            }
+            now => now,
+        }
     }
 }
 

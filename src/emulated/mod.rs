@@ -389,15 +389,14 @@ impl EmulatedWaiter {
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
         for &fd in &self.exclusive_fds {
-            let reg = &self.registrations[&fd];
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
             let Some(s) = reg.source else { continue };
             // The claims won so far, read before the source is found free: any readiness
             // seen from now on is checked against it (`Protocol::confirm_claim`).
             let claims = tk.claims_won(s);
             let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
-            let Some(reg) = self.registrations.get_mut(&fd) else {
-                continue;
-            };
             if want {
                 reg.claims_seen = claims;
             }
@@ -726,7 +725,7 @@ impl EmulatedWaiter {
                 continue;
             }
             let fd = ev.key as RawSource;
-            let Some(reg) = self.registrations.get(&fd) else {
+            let Some(reg) = self.registrations.get_mut(&fd) else {
                 continue;
             };
             if reg.queued {
@@ -737,6 +736,8 @@ impl EmulatedWaiter {
                     continue; // the token moved on while we slept
                 }
             }
+            // Every candidate goes to the queue below.
+            reg.queued = true;
             self.candidates.push(Candidate {
                 fd,
                 seq: reg.seq,
@@ -752,9 +753,6 @@ impl EmulatedWaiter {
         self.candidates
             .sort_by_key(|c| (c.seq <= last && last != u64::MAX, c.seq));
         for c in self.candidates.drain(..) {
-            if let Some(reg) = self.registrations.get_mut(&c.fd) {
-                reg.queued = true;
-            }
             self.pending.push_back(Pending {
                 fd: c.fd,
                 seq: c.seq,

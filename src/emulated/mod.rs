@@ -191,7 +191,7 @@ impl EmulatedWaiter {
         let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
-        group.bells.drain(me);
+        group.drain_bell(me);
         #[cfg(all(unix, not(loom)))]
         // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
         // an Arc of it), and `leave` deletes it from the poller.
@@ -575,7 +575,7 @@ impl EmulatedWaiter {
                 // wait (so a wait costs in proportion to what it returns, not to how many
                 // descriptors are ready).
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    tk.bells.drain(me);
+                    tk.drain_bell(me);
                     return Ok(0);
                 }
                 self.serve_pending(tk, events, limit);
@@ -590,6 +590,9 @@ impl EmulatedWaiter {
             };
             self.reserve_raw_events();
             self.raw_events.clear();
+            // A mark left by a ringer that died before it wrote must not silence the bell for
+            // long (see `Protocol::wake`); clearing it is always safe (a ring then writes).
+            slot.rung.swap(0, SeqCst);
             self.raw_events
                 .wait(&self.poller, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
@@ -642,7 +645,7 @@ impl EmulatedWaiter {
             // On Windows a bell leaves no event to see: look at the flag every time.
             let rung = self.collect_candidates(tk) || cfg!(windows);
             if rung {
-                tk.bells.drain(me);
+                tk.drain_bell(me);
             }
             let found_readiness = !self.pending.is_empty();
             self.serve_pending(tk, events, limit);

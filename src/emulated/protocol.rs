@@ -124,10 +124,39 @@ impl Protocol<'_> {
     /// Wakes member `m` through its door bell, unless it is spinning for its turn: then it
     /// looks at the shared state itself (the caller stored what changed before calling, and the
     /// member re-reads the state after it stops spinning, so nothing is missed).
+    ///
+    /// Nor is a bell rung twice before the member drains it: the first ring marks it (`rung`,
+    /// set before the write) and later ones, seeing the mark, write nothing. That is safe
+    /// because the member drains the bell, then clears the mark, then reads the state again
+    /// (`drain_bell`). Mark and clear are both swaps (read-modify-writes, so each reads the
+    /// latest mark, and a clear that follows a ring's mark sees the change stored before it:
+    /// plain loads and stores would need the store-then-load order of SeqCst, which the
+    /// model checker does not give). A ring that saw the mark came before the member's next
+    /// clear (the caller's change, then the swap); the byte of the ring that set the mark was
+    /// written after the last clear, so no drain before that clear took it: either it is
+    /// still in the bell, and wakes the member, which drains, clears and reads the state
+    /// again, or a later drain took it, and that drain's clear and its reads come after this
+    /// ring's change. (Clearing first would be wrong: a drain could take the byte of a mark set
+    /// after its clear, and leave the mark with nothing behind it.) A clear alone is always
+    /// safe (the next ring writes), so the member also clears the mark before every kernel
+    /// wait: a ringer that dies between marking and writing, leaving a mark with no byte,
+    /// silences the bell at most until the member's next wake-up (at most `LIVENESS_SWEEP` in
+    /// a group that spans processes, the only kind where a ringer can die alone), on top of
+    /// the ring it took with it.
     pub(crate) fn wake(&self, m: u32) {
-        if self.shared.member(m).spinning.load(SeqCst) == 0 {
+        let slot = self.shared.member(m);
+        // (Not on Windows, where the bell is the poller's notify, which the member's kernel
+        // wait consumes by itself, not a drain: every ring rings.)
+        if slot.spinning.load(SeqCst) == 0 && (cfg!(not(unix)) || slot.rung.swap(1, SeqCst) == 0) {
             self.bells.ring(m);
         }
+    }
+
+    /// Drains the door bell of `me`, then clears its mark (in that order, see `wake`); the
+    /// caller reads the shared state after.
+    pub(crate) fn drain_bell(&self, me: u32) {
+        self.bells.drain(me);
+        self.shared.member(me).rung.swap(0, SeqCst);
     }
 
     /// Is `me` about to watch `s`: the leader waiting for the holder to consume the last event,
@@ -937,6 +966,47 @@ mod model {
                 saw_free || w.bells.is_rung(next),
                 "a free source nobody watches"
             );
+        });
+    }
+
+    /// A ring left unwritten because the bell is marked rung already (`wake`) is never lost:
+    /// the bell has been rung and marked, and two members each make a change and ring it while
+    /// its member drains it, clears the mark, reads the state and clears the mark again before
+    /// it sleeps. Each change is then seen by that read, or the bell is still rung (the member
+    /// wakes again). (Clearing the mark before the drain fails this model.)
+    #[test]
+    fn a_ring_skipped_for_a_marked_bell() {
+        bounded(|| {
+            let w = World::new(3);
+            let m = 2;
+            w.token().wake(m);
+            let changes = Arc::new([
+                loom::sync::atomic::AtomicBool::new(false),
+                loom::sync::atomic::AtomicBool::new(false),
+            ]);
+            let ringers: Vec<_> = (0..2)
+                .map(|i| {
+                    let (w, changes) = (w.clone(), changes.clone());
+                    thread::spawn(move || {
+                        changes[i].store(true, SeqCst);
+                        w.token().wake(m);
+                    })
+                })
+                .collect();
+            // The member, woken by the first ring: `drain_bell`, its look at the state, and
+            // the clear before its next kernel wait.
+            w.token().drain_bell(m);
+            let seen = [changes[0].load(SeqCst), changes[1].load(SeqCst)];
+            w.shared.member(m).rung.swap(0, SeqCst);
+            for r in ringers {
+                r.join().unwrap();
+            }
+            for (i, seen) in seen.into_iter().enumerate() {
+                assert!(
+                    seen || w.bells.is_rung(m),
+                    "change {i} unseen, and the bell silent"
+                );
+            }
         });
     }
 

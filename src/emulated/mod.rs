@@ -591,8 +591,11 @@ impl EmulatedWaiter {
             self.reserve_raw_events();
             self.raw_events.clear();
             // A mark left by a ringer that died before it wrote must not silence the bell for
-            // long (see `Protocol::wake`); clearing it is always safe (a ring then writes).
-            slot.rung.swap(0, SeqCst);
+            // long (see `Protocol::wake`); clearing it is always safe (a ring then writes). (A
+            // look first: the mark is usually clear, and a clear is a locked swap.)
+            if slot.rung.load(SeqCst) != 0 {
+                slot.rung.swap(0, SeqCst);
+            }
             self.raw_events
                 .wait(&self.poller, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;

@@ -170,6 +170,11 @@ pub(crate) struct MemberSlot {
     /// Non-zero while the member spins briefly for a release instead of sleeping (emulation):
     /// whoever would ring its door bell leaves it, since the member is looking anyway.
     pub spinning: AtomicU32,
+    /// Non-zero once the member's door bell has been rung and not yet drained (emulation): a
+    /// second ring would only wake it for the same look at the shared state, so it is left
+    /// (see `Protocol::wake`). The member clears it before it drains the bell and before every
+    /// kernel wait.
+    pub rung: AtomicU32,
     /// Times the member's kernel wait returned.
     pub wakeups: Counter,
     /// Events handed to the member's caller.
@@ -224,6 +229,7 @@ impl MemberSlot {
             pid: AtomicU32::new(0),
             notified: AtomicU32::new(0),
             spinning: AtomicU32::new(0),
+            rung: AtomicU32::new(0),
             wakeups: Counter(AtomicU64::new(0)),
             events: Counter(AtomicU64::new(0)),
             empty_wakeups: Counter(AtomicU64::new(0)),
@@ -342,6 +348,8 @@ impl<'a> Members<'a> {
                 // A member killed while it spun leaves the flag set: its successor in the
                 // slot must get its door bell rung.
                 slot.spinning.store(0, SeqCst);
+                // Likewise a bell marked rung by a ringer that died before it wrote.
+                slot.rung.store(0, SeqCst);
                 slot.pid.store(pid, SeqCst);
                 let header = self.shared.header();
                 header.high.fetch_max(m + 1, SeqCst);
@@ -763,12 +771,14 @@ mod tests {
         let slot = shared.member(first.member);
         slot.spinning.store(1, SeqCst);
         slot.notified.store(1, SeqCst);
+        slot.rung.store(1, SeqCst);
         assert!(members.begin_leave(&first));
         members.finish_leave(&first);
         let second = members.publish(members.claim(2).unwrap()).unwrap();
         assert_eq!(second.member, first.member, "the slot is reused");
         assert_eq!(slot.spinning.load(SeqCst), 0);
         assert_eq!(slot.notified.load(SeqCst), 0);
+        assert_eq!(slot.rung.load(SeqCst), 0);
         assert_eq!(slot.pid.load(SeqCst), 2);
         assert_ne!(second.generation, first.generation);
     }

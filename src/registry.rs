@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 
+use rustc_hash::FxBuildHasher;
+
 use crate::error::{Error, RawSource, Result};
 use crate::interest::Interest;
 
@@ -20,8 +22,12 @@ pub(crate) trait Registered {
 
 /// One waiter's registrations by descriptor. Reads go through `Deref` to the map; changes
 /// through `insert` and `remove`, which keep the one-event count right.
+///
+/// Hashed with Fx (a multiply and a rotate), not the standard SipHash: the emulation looks a
+/// descriptor up several times per event, and SipHash's resistance to chosen keys buys nothing
+/// here, the keys being descriptor numbers the kernel hands out.
 pub(crate) struct Registry<R> {
-    entries: HashMap<RawSource, R>,
+    entries: HashMap<RawSource, R, FxBuildHasher>,
     /// How many registrations asked for one event per wait.
     one_event: usize,
 }
@@ -29,7 +35,7 @@ pub(crate) struct Registry<R> {
 impl<R: Registered> Registry<R> {
     pub(crate) fn new() -> Registry<R> {
         Registry {
-            entries: HashMap::new(),
+            entries: HashMap::with_hasher(FxBuildHasher),
             one_event: 0,
         }
     }
@@ -78,7 +84,7 @@ impl<R: Registered> Registry<R> {
 }
 
 impl<R> Deref for Registry<R> {
-    type Target = HashMap<RawSource, R>;
+    type Target = HashMap<RawSource, R, FxBuildHasher>;
     fn deref(&self) -> &Self::Target {
         &self.entries
     }

@@ -49,8 +49,10 @@ impl Doorbells {
         let fd = self.pipes[slot as usize].0.as_raw_fd();
         // Large reads: a storm of notifications fills the pipe, and it is emptied in few calls.
         let mut buf = [0u8; 4096];
-        // SAFETY: reads into a live buffer from our own non-blocking pipe, until it is empty.
-        while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        // SAFETY: reads into a live buffer from our own non-blocking pipe, until it is empty:
+        // a read that did not fill the buffer emptied it (a byte written since stays, and
+        // wakes the member again, as one written after a read that found nothing would).
+        while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } == buf.len() as isize {}
     }
 }
 

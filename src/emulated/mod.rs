@@ -65,7 +65,7 @@ use doorbell::Doorbells;
 use identity::{identify, refuse_anonymous};
 use kernel_wait::RawEvents;
 pub(crate) use protocol::Protocol;
-use protocol::{LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+use protocol::{Now, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -191,7 +191,7 @@ impl EmulatedWaiter {
         let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
-        group.bells.drain(me);
+        group.drain_bell(me);
         #[cfg(all(unix, not(loom)))]
         // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
         // an Arc of it), and `leave` deletes it from the poller.
@@ -389,15 +389,14 @@ impl EmulatedWaiter {
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
         for &fd in &self.exclusive_fds {
-            let reg = &self.registrations[&fd];
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
             let Some(s) = reg.source else { continue };
             // The claims won so far, read before the source is found free: any readiness
             // seen from now on is checked against it (`Protocol::confirm_claim`).
             let claims = tk.claims_won(s);
             let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
-            let Some(reg) = self.registrations.get_mut(&fd) else {
-                continue;
-            };
             if want {
                 reg.claims_seen = claims;
             }
@@ -507,12 +506,14 @@ impl EmulatedWaiter {
             if !std::mem::take(&mut first) && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);
             }
+            // One clock reading for this pass's looks at the holds, if any needs it.
+            let now = Now::new();
             for &s in &self.sources {
                 // A holder that kept its event too long is not waited for (`HOLD_BOUND`).
                 // (The holder is read before the hold's age: a claim made after that read is
                 // young, and is not ended.)
                 let holder = tk.shared.source(s).holder.load(SeqCst);
-                if tk.hold_left(s, me) == Some(Duration::ZERO) {
+                if tk.hold_left(s, me, &now) == Some(Duration::ZERO) {
                     tk.expire_hold(s, me, holder);
                 }
                 if !tk.take_if_due(s, me) {
@@ -550,7 +551,7 @@ impl EmulatedWaiter {
             let hold = self
                 .sources
                 .iter()
-                .filter_map(|&s| tk.hold_left(s, me))
+                .filter_map(|&s| tk.hold_left(s, me, &now))
                 .min();
             let suspect = self
                 .exclusive_fds
@@ -574,7 +575,7 @@ impl EmulatedWaiter {
                 // wait (so a wait costs in proportion to what it returns, not to how many
                 // descriptors are ready).
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    tk.bells.drain(me);
+                    tk.drain_bell(me);
                     return Ok(0);
                 }
                 self.serve_pending(tk, events, limit);
@@ -589,6 +590,12 @@ impl EmulatedWaiter {
             };
             self.reserve_raw_events();
             self.raw_events.clear();
+            // A mark left by a ringer that died before it wrote must not silence the bell for
+            // long (see `Protocol::wake`); clearing it is always safe (a ring then writes). (A
+            // look first: the mark is usually clear, and a clear is a locked swap.)
+            if slot.rung.load(SeqCst) != 0 {
+                slot.rung.swap(0, SeqCst);
+            }
             self.raw_events
                 .wait(&self.poller, poll_timeout)
                 .map_err(|e| Error::io("waiting in the member's poller", e))?;
@@ -641,7 +648,7 @@ impl EmulatedWaiter {
             // On Windows a bell leaves no event to see: look at the flag every time.
             let rung = self.collect_candidates(tk) || cfg!(windows);
             if rung {
-                tk.bells.drain(me);
+                tk.drain_bell(me);
             }
             let found_readiness = !self.pending.is_empty();
             self.serve_pending(tk, events, limit);
@@ -724,7 +731,7 @@ impl EmulatedWaiter {
                 continue;
             }
             let fd = ev.key as RawSource;
-            let Some(reg) = self.registrations.get(&fd) else {
+            let Some(reg) = self.registrations.get_mut(&fd) else {
                 continue;
             };
             if reg.queued {
@@ -735,6 +742,8 @@ impl EmulatedWaiter {
                     continue; // the token moved on while we slept
                 }
             }
+            // Every candidate goes to the queue below.
+            reg.queued = true;
             self.candidates.push(Candidate {
                 fd,
                 seq: reg.seq,
@@ -750,9 +759,6 @@ impl EmulatedWaiter {
         self.candidates
             .sort_by_key(|c| (c.seq <= last && last != u64::MAX, c.seq));
         for c in self.candidates.drain(..) {
-            if let Some(reg) = self.registrations.get_mut(&c.fd) {
-                reg.queued = true;
-            }
             self.pending.push_back(Pending {
                 fd: c.fd,
                 seq: c.seq,

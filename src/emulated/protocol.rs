@@ -124,10 +124,39 @@ impl Protocol<'_> {
     /// Wakes member `m` through its door bell, unless it is spinning for its turn: then it
     /// looks at the shared state itself (the caller stored what changed before calling, and the
     /// member re-reads the state after it stops spinning, so nothing is missed).
+    ///
+    /// Nor is a bell rung twice before the member drains it: the first ring marks it (`rung`,
+    /// set before the write) and later ones, seeing the mark, write nothing. That is safe
+    /// because the member drains the bell, then clears the mark, then reads the state again
+    /// (`drain_bell`). Mark and clear are both swaps (read-modify-writes, so each reads the
+    /// latest mark, and a clear that follows a ring's mark sees the change stored before it:
+    /// plain loads and stores would need the store-then-load order of SeqCst, which the
+    /// model checker does not give). A ring that saw the mark came before the member's next
+    /// clear (the caller's change, then the swap); the byte of the ring that set the mark was
+    /// written after the last clear, so no drain before that clear took it: either it is
+    /// still in the bell, and wakes the member, which drains, clears and reads the state
+    /// again, or a later drain took it, and that drain's clear and its reads come after this
+    /// ring's change. (Clearing first would be wrong: a drain could take the byte of a mark set
+    /// after its clear, and leave the mark with nothing behind it.) A clear alone is always
+    /// safe (the next ring writes), so the member also clears the mark before every kernel
+    /// wait: a ringer that dies between marking and writing, leaving a mark with no byte,
+    /// silences the bell at most until the member's next wake-up (at most `LIVENESS_SWEEP` in
+    /// a group that spans processes, the only kind where a ringer can die alone), on top of
+    /// the ring it took with it.
     pub(crate) fn wake(&self, m: u32) {
-        if self.shared.member(m).spinning.load(SeqCst) == 0 {
+        let slot = self.shared.member(m);
+        // (Not on Windows, where the bell is the poller's notify, which the member's kernel
+        // wait consumes by itself, not a drain: every ring rings.)
+        if slot.spinning.load(SeqCst) == 0 && (cfg!(not(unix)) || slot.rung.swap(1, SeqCst) == 0) {
             self.bells.ring(m);
         }
+    }
+
+    /// Drains the door bell of `me`, then clears its mark (in that order, see `wake`); the
+    /// caller reads the shared state after.
+    pub(crate) fn drain_bell(&self, me: u32) {
+        self.bells.drain(me);
+        self.shared.member(me).rung.swap(0, SeqCst);
     }
 
     /// Is `me` about to watch `s`: the leader waiting for the holder to consume the last event,
@@ -439,9 +468,11 @@ impl Protocol<'_> {
     /// `me` consumed the readiness of `s`: the leader may watch it again.
     pub(crate) fn release(&self, s: usize, me: u32) {
         let src = self.source(s);
-        if src.holder.load(SeqCst) == me {
+        if src.holder.load(SeqCst) == me && self.has_backlog(s) {
             // A moving average over the last few holds (1/8 weight); a hint, so races between
-            // holders of one source only blur it.
+            // holders of one source only blur it. It is read only under a backlog
+            // (`spinning_pays`), so it is only measured then: without one, a release reads no
+            // clock, and the average a backlog starts with is that of the last one.
             let held = monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst));
             let average = src.hold_ns.load(SeqCst);
             src.hold_ns.store(average - average / 8 + held / 8, SeqCst);
@@ -476,15 +507,24 @@ impl Protocol<'_> {
     /// the source is active (a claim within `ACTIVE_WINDOW`), every member that does not
     /// watch it sleeps at most `HOLD_BOUND`. A quiet source costs no timer: the first claim
     /// after a quiet spell rings the new leader instead (see `claim` and `pass`).
-    pub(crate) fn hold_left(&self, s: usize, me: u32) -> Option<Duration> {
+    ///
+    /// The clock is read through `now`, only when a hold's age matters (someone else holds
+    /// `s`, or someone else leads it), and at most once per `now`: a leader alone on its
+    /// source reads no clock here. The time is read before the claim's: an age so measured is
+    /// never more than the real one, so a young hold is never ended as overdue, and a reading
+    /// shared by several calls (one pass of `wait`) only makes a timer run later by that pass.
+    pub(crate) fn hold_left(&self, s: usize, me: u32, now: &Now) -> Option<Duration> {
         let src = self.source(s);
         let holder = src.holder.load(SeqCst);
         let leader = src.leader.load(SeqCst);
-        let since_claim =
-            Duration::from_nanos(monotonic_ns().saturating_sub(src.claimed_at.load(SeqCst)));
+        let since_claim = || {
+            let now = now.get();
+            Duration::from_nanos(now.saturating_sub(src.claimed_at.load(SeqCst)))
+        };
         if holder != NONE && holder != me {
-            Some(HOLD_BOUND.saturating_sub(since_claim))
-        } else if holder == NONE && leader != me && leader != NONE && since_claim < ACTIVE_WINDOW {
+            Some(HOLD_BOUND.saturating_sub(since_claim()))
+        } else if holder == NONE && leader != me && leader != NONE && since_claim() < ACTIVE_WINDOW
+        {
             Some(HOLD_BOUND)
         } else {
             None
@@ -620,6 +660,29 @@ impl Protocol<'_> {
             }
         }
         members.finish_reap(reap);
+    }
+}
+
+/// One reading of the monotonic clock, taken when first asked for and then kept: the calls
+/// of one pass that need the time share a reading, and a pass that needs none reads no clock.
+pub(crate) struct Now(std::cell::Cell<u64>);
+
+impl Now {
+    /// Not read yet.
+    pub(crate) fn new() -> Now {
+        Now(std::cell::Cell::new(0))
+    }
+
+    /// The reading, taken now if not taken yet (0 stands for "not yet": the clock is far past it).
+    fn get(&self) -> u64 {
+        match self.0.get() {
+            0 => {
+                let now = monotonic_ns();
+                self.0.set(now);
+                now
+            }
+            now => now,
+        }
     }
 }
 
@@ -903,6 +966,47 @@ mod model {
                 saw_free || w.bells.is_rung(next),
                 "a free source nobody watches"
             );
+        });
+    }
+
+    /// A ring left unwritten because the bell is marked rung already (`wake`) is never lost:
+    /// the bell has been rung and marked, and two members each make a change and ring it while
+    /// its member drains it, clears the mark, reads the state and clears the mark again before
+    /// it sleeps. Each change is then seen by that read, or the bell is still rung (the member
+    /// wakes again). (Clearing the mark before the drain fails this model.)
+    #[test]
+    fn a_ring_skipped_for_a_marked_bell() {
+        bounded(|| {
+            let w = World::new(3);
+            let m = 2;
+            w.token().wake(m);
+            let changes = Arc::new([
+                loom::sync::atomic::AtomicBool::new(false),
+                loom::sync::atomic::AtomicBool::new(false),
+            ]);
+            let ringers: Vec<_> = (0..2)
+                .map(|i| {
+                    let (w, changes) = (w.clone(), changes.clone());
+                    thread::spawn(move || {
+                        changes[i].store(true, SeqCst);
+                        w.token().wake(m);
+                    })
+                })
+                .collect();
+            // The member, woken by the first ring: `drain_bell`, its look at the state, and
+            // the clear before its next kernel wait.
+            w.token().drain_bell(m);
+            let seen = [changes[0].load(SeqCst), changes[1].load(SeqCst)];
+            w.shared.member(m).rung.swap(0, SeqCst);
+            for r in ringers {
+                r.join().unwrap();
+            }
+            for (i, seen) in seen.into_iter().enumerate() {
+                assert!(
+                    seen || w.bells.is_rung(m),
+                    "change {i} unseen, and the bell silent"
+                );
+            }
         });
     }
 

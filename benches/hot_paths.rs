@@ -11,9 +11,9 @@
 //! - `hand_off`: two waiter threads share one exclusive round-robin pipe, `rotate_every(1)`;
 //!   the bench writes a message and waits for the ack. Every message wakes the other thread:
 //!   the full wake-up, hand-off and rotation path.
-//! - `hand_off_adaptive`: the same under `Rotation::Adaptive`. Natively, messages back to back
-//!   can be closer than its stream gap, so a member may keep its turn for a batch; the emulation
-//!   sees no backlog (each message is read before the next is written) and keeps strict turns.
+//! - `hand_off_adaptive`: the same under `Rotation::Adaptive`. A ping-pong has no backlog (each
+//!   message is read before the next is written) and its events never overlap (no stream), so
+//!   both backends keep strict turns: the difference from `hand_off` is the rule's own cost.
 //!
 //! Runs are short by default (300 ms per benchmark); `cargo bench --bench hot_paths --
 //! --max-time 5` measures longer. The benchmarks use pipes, so they exist on Unix only.

@@ -172,8 +172,8 @@ pub(crate) struct MemberSlot {
     pub spinning: AtomicU32,
     /// Non-zero once the member's door bell has been rung and not yet drained (emulation): a
     /// second ring would only wake it for the same look at the shared state, so it is left
-    /// (see `Protocol::wake`). The member clears it before it drains the bell and before every
-    /// kernel wait.
+    /// (see `Protocol::wake`). The member clears it after it drains the bell (never before: a
+    /// ring between the clear and the drain would be lost) and before every kernel wait.
     pub rung: AtomicU32,
     /// Times the member's kernel wait returned.
     pub wakeups: Counter,

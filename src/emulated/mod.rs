@@ -12,8 +12,9 @@
 //! The path of one event: the leader's poller reports the exclusive descriptor → `claim` makes
 //! the leader its holder (kept only if no other claim was won since the leader found the
 //! source free, or the source is still ready: `confirm_claim`) → `pass` hands the token to the
-//! next idle member → the event goes to the caller, who reads and calls `consumed` (or comes back to `wait`) → `release` lets the new
-//! leader watch: its `match_poller` puts the descriptor in its poller again.
+//! next idle member → the event goes to the caller, who reads and calls `consumed` (or comes
+//! back to `wait`) → `release` lets the new leader watch: its `match_poller` puts the
+//! descriptor in its poller again.
 //!
 //! The new leader learns of its turn in one of two ways. Under a backlog with quick holders,
 //! `pass` rings it at once and names the member after it (the deputy, which `release` rings),

@@ -114,6 +114,65 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// No group has this name (open only), or its creator never finished setting it up.
+    #[error("no group is named {name:?} (create it with Group::builder().name(..), or wait for its creator)")]
+    GroupNotFound {
+        /// The group's name.
+        name: String,
+    },
+    /// A named group exists with other settings than the ones the builder asked for.
+    #[error("the group named {name:?} has {setting} {group}, not {asked} as asked (open it with Group::open to take its settings)")]
+    GroupSettingsDiffer {
+        /// The group's name.
+        name: String,
+        /// Which setting differs: "backend", "rotation" or "max_members".
+        setting: &'static str,
+        /// The group's value.
+        group: String,
+        /// The value asked for.
+        asked: String,
+    },
+    /// A named group made by a version of herdless whose shared layout this one cannot read.
+    #[error("the group named {name:?} was made by another version of herdless (shared layout {found}, this one reads {expected}): stop its members and remove it, or run the same version")]
+    IncompatibleGroup {
+        /// The group's name.
+        name: String,
+        /// The layout version found in the group.
+        found: u32,
+        /// The layout version this herdless reads.
+        expected: u32,
+    },
+    /// The shared memory under a group's name is not a valid herdless group (garbage, or
+    /// truncated); nothing of it was used.
+    #[error("the group named {name:?} is not a valid herdless group: {reason}")]
+    CorruptGroup {
+        /// The group's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The group's permissions do not let this process open it (another user's group).
+    #[error("permission denied for the group named {name:?} (its mode or owner shuts this user out)")]
+    PermissionDenied {
+        /// The group's name.
+        name: String,
+    },
+    /// A group name this platform cannot use.
+    #[error("invalid group name {name:?}: {reason}")]
+    InvalidGroupName {
+        /// The name asked for.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// Something this platform does not offer.
+    #[error("{what} is not supported on this platform: {reason}")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+        /// Why not.
+        reason: &'static str,
+    },
     /// Any other failure of the operating system.
     #[error("{context}: {source}")]
     Io {
@@ -147,6 +206,15 @@ impl Error {
             Error::AlreadyRegistered { .. } => io::ErrorKind::AlreadyExists,
             Error::NotRegistered { .. } => io::ErrorKind::NotFound,
             Error::GroupFull { .. } | Error::TooManySources { .. } => io::ErrorKind::OutOfMemory,
+            Error::GroupNotFound { .. } => io::ErrorKind::NotFound,
+            Error::GroupSettingsDiffer { .. } | Error::InvalidGroupName { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            Error::IncompatibleGroup { .. } | Error::CorruptGroup { .. } => {
+                io::ErrorKind::InvalidData
+            }
+            Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
+            Error::Unsupported { .. } => io::ErrorKind::Unsupported,
             Error::Io { source, .. } => source.kind(),
         }
     }

@@ -4,15 +4,16 @@
 //! `join`s it and gets its own [`Waiter`] with its own kernel poll instance. The group owns what
 //! the members share: the member slots and statistics, and, for the emulation, the token and the
 //! door bells (see `emulated`). Cloning a `Group` is cheap; a clone, or the copy a forked child
-//! inherits, is the same group.
+//! inherits, is the same group. A *named* group (`GroupBuilder::name`, `Group::open`) lives in
+//! shared memory that any process opens by name (`named`), so that exec'd workers and
+//! programs started on their own share it too; this module keeps one per name and process.
 
 use std::sync::Arc;
 
 use crate::contract::{Backend, Rotation, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
-use crate::emulated::EmulatedGroup;
 use crate::error::{Error, Result};
 use crate::inner::GroupInner;
-use crate::shared::SharedState;
+use crate::shared::{Settings, SharedState};
 use crate::waiter::Waiter;
 
 /// Builds a [`Group`]. See [`Group::builder`].
@@ -33,6 +34,8 @@ pub struct GroupBuilder {
     backend: Backend,
     rotation: Rotation,
     max_members: usize,
+    name: Option<String>,
+    mode: u32,
 }
 
 impl GroupBuilder {
@@ -68,13 +71,55 @@ impl GroupBuilder {
         self
     }
 
-    /// Builds the group.
+    /// Makes it a **named group**: [`build`](Self::build) creates the group under `name`, or
+    /// opens the one that exists, which must have the builder's settings (a backend left at
+    /// `Auto` takes the group's). Any process of a user the group's [mode](Self::mode) lets in
+    /// then opens it by name ([`Group::open`]), with no common parent: workers that were
+    /// forked, forked and exec'd, or started by a supervisor all join the same group, with the
+    /// same guarantees. A group nobody has open and whose members are all gone is re-made
+    /// fresh by the next creator; [`Group::remove`] removes the name.
+    ///
+    /// A name is 1 to 245 characters (21 on macOS) of letters, digits, `.`, `_` and `-`; it
+    /// names the POSIX shared-memory object `/herdless.<name>` (on Linux, the file
+    /// `/dev/shm/herdless.<name>`). Unix only.
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::Group;
+    /// let name = format!("doc.builder.{}", std::process::id());
+    /// // The supervisor, or whichever worker comes first:
+    /// let group = Group::builder().name(&name).max_members(8).build()?;
+    /// // Any other process (exec'd, or started on its own) of the same user:
+    /// let same = Group::open(&name)?;
+    /// assert_eq!((same.name(), same.max_members()), (Some(name.as_str()), 8));
+    /// Group::remove(&name)?;
+    /// # }
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+
+    /// The permission bits of a named group this builder creates (default `0o600`: the
+    /// creating user only; `0o660` lets the user's group in too). Applied exactly, whatever
+    /// the umask. Example: see [`GroupBuilder::name`].
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Builds the group (for a named group: creates it, or opens the one that exists).
     ///
     /// # Errors
     ///
     /// [`Error::BackendUnavailable`] if `Native` was asked for where the kernel has no exclusive
-    /// wake-ups; [`Error::InvalidSetting`] for a member count out of range; [`Error::Io`] if the
-    /// shared memory or the door bells cannot be made.
+    /// wake-ups; [`Error::InvalidSetting`] for a member count or mode out of range;
+    /// [`Error::Io`] if the shared memory or the door bells cannot be made. For a named group
+    /// also [`Error::InvalidGroupName`], [`Error::GroupSettingsDiffer`] (a group of that name
+    /// exists with other settings), [`Error::IncompatibleGroup`] (made by another version of
+    /// herdless), [`Error::CorruptGroup`], [`Error::PermissionDenied`] (another user's group),
+    /// and [`Error::Unsupported`] outside Unix.
     ///
     /// Example: see [`GroupBuilder`].
     pub fn build(self) -> Result<Group> {
@@ -102,22 +147,70 @@ impl GroupBuilder {
                 Err(_) => Backend::Emulated,
             },
         };
-        let shared = SharedState::new(self.max_members)?;
-        let live = crate::liveness::Liveness::new(self.max_members)?;
-        let emulation = match backend {
-            Backend::Emulated => Some(EmulatedGroup::new(self.max_members)?),
-            _ => None,
+        let settings = Settings {
+            backend,
+            rotation: self.rotation,
+            capacity: self.max_members,
         };
-        Ok(Group {
-            inner: Arc::new(GroupInner {
-                backend,
-                rotation: self.rotation,
-                shared: Arc::new(shared),
-                live,
-                emulation,
-            }),
+        if let Some(name) = &self.name {
+            if self.mode > 0o777 {
+                return Err(Error::InvalidSetting {
+                    reason: format!("mode must be permission bits (0o000 to 0o777), not {:#o}", self.mode),
+                });
+            }
+            return named_group(name, Some((settings, self.backend, self.mode)));
+        }
+        let shared = SharedState::new(settings)?;
+        let live = crate::liveness::Liveness::new(self.max_members)?;
+        GroupInner::new(shared, live, None).map(|inner| Group {
+            inner: Arc::new(inner),
         })
     }
+}
+
+/// This process's open named groups, one per name: a second `open` of a name returns the same
+/// group. Needed, not only thrifty: closing any descriptor of the shared object would drop every
+/// record lock the process holds on it, its members' liveness locks among them.
+#[cfg(all(unix, not(loom)))]
+static NAMED: std::sync::Mutex<Vec<(String, std::sync::Weak<GroupInner>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Opens (`create`: `None`) or creates-or-opens the named group.
+#[cfg(all(unix, not(loom)))]
+fn named_group(name: &str, create: Option<(Settings, Backend, u32)>) -> Result<Group> {
+    use crate::named::{self, Create, Request};
+    let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|(_, g)| g.strong_count() > 0);
+    let create = create.map(|(settings, asked_backend, mode)| Create {
+        settings,
+        asked_backend,
+        mode,
+    });
+    if let Some(inner) = open
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, g)| g.upgrade())
+    {
+        if let Some(c) = &create {
+            named::check_settings(name, &inner.settings(), c)?;
+        }
+        return Ok(Group { inner });
+    }
+    let segment = named::open(&Request { name, create })?;
+    let capacity = segment.shared.capacity() as usize;
+    let live = crate::liveness::Liveness::on_file(segment.file, capacity);
+    let inner = Arc::new(GroupInner::new(segment.shared, live, Some(name.to_owned()))?);
+    open.push((name.to_owned(), Arc::downgrade(&inner)));
+    Ok(Group { inner })
+}
+
+#[cfg(not(all(unix, not(loom))))]
+fn named_group(_name: &str, _create: Option<(Settings, Backend, u32)>) -> Result<Group> {
+    Err(Error::Unsupported {
+        what: "a named group",
+        reason: "named groups live in POSIX shared memory (Unix); on Windows build the group \
+                 once and share it between threads",
+    })
 }
 
 /// The set of waiters sharing descriptors. Cheap to clone, `Send + Sync`, and valid in a child
@@ -147,6 +240,7 @@ impl std::fmt::Debug for Group {
             .field("backend", &self.inner.backend)
             .field("rotation", &self.inner.rotation)
             .field("max_members", &self.inner.shared.capacity())
+            .field("name", &self.inner.name)
             .finish()
     }
 }
@@ -181,7 +275,49 @@ impl Group {
             backend: Backend::Auto,
             rotation: Rotation::Adaptive,
             max_members: DEFAULT_MAX_MEMBERS,
+            name: None,
+            mode: 0o600,
         }
+    }
+
+    /// Opens the named group `name` that another process created (with
+    /// [`GroupBuilder::name`]), taking its settings: what a worker that must not create the
+    /// group calls (one exec'd by a supervisor, or started on its own). A second call in the
+    /// same process returns the same group. Example: see [`GroupBuilder::name`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::GroupNotFound`] if there is no such group (or its creator has not set it up
+    /// within 2 s); [`Error::InvalidGroupName`], [`Error::IncompatibleGroup`],
+    /// [`Error::CorruptGroup`], [`Error::PermissionDenied`], [`Error::Io`]; and
+    /// [`Error::Unsupported`] outside Unix.
+    pub fn open(name: &str) -> Result<Group> {
+        named_group(name, None)
+    }
+
+    /// Removes the name of a named group, as `unlink` removes a file's: processes that have
+    /// the group open keep using it, and the next creator of the name makes a new group.
+    /// Example: see [`GroupBuilder::name`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::GroupNotFound`] if there is no group of that name, [`Error::PermissionDenied`],
+    /// [`Error::InvalidGroupName`], [`Error::Unsupported`] outside Unix.
+    pub fn remove(name: &str) -> Result<()> {
+        #[cfg(all(unix, not(loom)))]
+        {
+            crate::named::remove(name)?;
+            let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
+            open.retain(|(n, g)| n != name && g.strong_count() > 0);
+            Ok(())
+        }
+        #[cfg(not(all(unix, not(loom))))]
+        named_group(name, None).map(drop)
+    }
+
+    /// The group's name, for a named group.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
     }
 
     /// The backend in force (`Auto` already resolved). Example: see [`Group`].

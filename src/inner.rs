@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use crate::contract::{Backend, Rotation};
 use crate::emulated::{EmulatedGroup, Protocol};
+use crate::error::Result;
 use crate::members::Members;
-use crate::shared::SharedState;
+use crate::shared::{Settings, SharedState};
 
 /// What all members of a group share.
 pub(crate) struct GroupInner {
@@ -21,9 +22,45 @@ pub(crate) struct GroupInner {
     pub(crate) live: crate::liveness::Liveness,
     /// The emulation's door bells (only for `Backend::Emulated`).
     pub(crate) emulation: Option<EmulatedGroup>,
+    /// The name of a named group.
+    pub(crate) name: Option<String>,
 }
 
 impl GroupInner {
+    /// What a group's handles share, for the group in `shared` (backend, rotation and size as
+    /// its preamble says), with its liveness marks.
+    pub(crate) fn new(
+        shared: SharedState,
+        live: crate::liveness::Liveness,
+        name: Option<String>,
+    ) -> Result<GroupInner> {
+        let settings = shared.settings();
+        let emulation = match settings.backend {
+            Backend::Emulated => Some(EmulatedGroup::new(
+                shared.incarnation(),
+                settings.capacity,
+            )?),
+            _ => None,
+        };
+        Ok(GroupInner {
+            backend: settings.backend,
+            rotation: settings.rotation,
+            shared: Arc::new(shared),
+            live,
+            emulation,
+            name,
+        })
+    }
+
+    /// The group's settings (as its shared preamble holds them).
+    pub(crate) fn settings(&self) -> Settings {
+        Settings {
+            backend: self.backend,
+            rotation: self.rotation,
+            capacity: self.shared.capacity() as usize,
+        }
+    }
+
     /// The emulation's view of this group (its protocol's shared state, door bells, liveness
     /// marks and turn setting), which the emulated backend works on. Emulated groups only.
     pub(crate) fn protocol(&self) -> Protocol<'_> {

@@ -78,6 +78,8 @@ mod inner;
 mod interest;
 mod liveness;
 mod members;
+#[cfg(all(unix, not(loom)))]
+mod named;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;

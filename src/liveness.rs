@@ -1,8 +1,9 @@
 //! Is a member of another process still alive? Asked without any helper process or thread, so
 //! that the emulation can clear out a dead member and any group can reuse its slot.
 //!
-//! Each member holds a POSIX record lock on one byte of an unlinked file the group made when it
-//! was built (byte n for slot n); a reaper holds the dead member's byte while it clears the slot
+//! Each member holds a POSIX record lock on one byte of a file of the group's (byte n for slot
+//! n): an unlinked file made when an anonymous group was built, or a named group's
+//! shared-memory object, which every process of the group opens by name; a reaper holds the dead member's byte while it clears the slot
 //! out (see `crate::members`). The kernel drops a process's record locks the moment the process
 //! dies, SIGKILL included, before it is even reaped, so "byte n is not held by another process"
 //! means "whoever owned slot n in another process is gone". Record locks belong to processes,
@@ -53,13 +54,7 @@ impl Liveness {
                 Ok(file) => {
                     // Unlinked at once: the open descriptor is all the group needs.
                     let _ = std::fs::remove_file(&path);
-                    return Ok(Liveness {
-                        file,
-                        holds: (0..capacity)
-                            .map(|_| std::sync::atomic::AtomicU32::new(0))
-                            .collect(),
-                        counted_for: std::sync::atomic::AtomicU32::new(std::process::id()),
-                    });
+                    return Ok(Liveness::on_file(file, capacity));
                 }
                 Err(e) => last = Some(e),
             }
@@ -68,6 +63,20 @@ impl Liveness {
             "creating the group's liveness file",
             last.unwrap_or_else(|| std::io::ErrorKind::Other.into()),
         ))
+    }
+
+    /// The marks of a group whose lock file is `file`: a named group's shared-memory object
+    /// (`crate::named`), which every process of the group opens by name. Only one descriptor
+    /// of it may be open in a process: closing any descriptor of a file drops every record
+    /// lock the process holds on it (`crate::group` keeps one open group per name and process).
+    pub(crate) fn on_file(file: std::fs::File, capacity: usize) -> Liveness {
+        Liveness {
+            file,
+            holds: (0..capacity)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+            counted_for: std::sync::atomic::AtomicU32::new(std::process::id()),
+        }
     }
 
     fn lock(

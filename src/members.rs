@@ -262,6 +262,10 @@ pub(crate) struct Membership {
 }
 
 impl Membership {
+    /// The occupant's generation: what its door bell's address and its notifiers carry.
+    pub(crate) fn generation(self) -> u32 {
+        self.generation
+    }
     fn word(self, state: u32) -> Life {
         Life::new(state, self.generation, self.pid)
     }
@@ -602,7 +606,7 @@ mod model {
     impl World {
         fn new(capacity: usize) -> Arc<World> {
             Arc::new(World {
-                shared: SharedState::new(capacity).unwrap(),
+                shared: SharedState::for_tests(capacity).unwrap(),
                 live: Liveness::new(capacity).unwrap(),
             })
         }
@@ -756,7 +760,7 @@ mod tests {
 
     fn table(capacity: usize) -> (SharedState, Liveness) {
         (
-            SharedState::new(capacity).unwrap(),
+            SharedState::for_tests(capacity).unwrap(),
             Liveness::new(capacity).unwrap(),
         )
     }

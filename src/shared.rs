@@ -79,10 +79,43 @@ pub(crate) struct SourceSlot {
     pub members: [AtomicU64; MEMBER_WORDS],
 }
 
+/// What a process that opens a named group checks before it trusts the memory (`crate::named`),
+/// and what every group's door bells are named after. Written once, before anyone else can
+/// see the group (anonymous: before it is shared; named: under the setup lock, with `ready`
+/// stored last); plain atomics, read-only afterwards.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Preamble {
+    /// [`MAGIC`] once the group is set up (0 before: a creator that died half-way).
+    pub magic: std::sync::atomic::AtomicU64,
+    /// [`LAYOUT_VERSION`] of the herdless that made the group.
+    pub layout_version: std::sync::atomic::AtomicU32,
+    /// How many member slots follow the header.
+    pub capacity: std::sync::atomic::AtomicU32,
+    /// The size of the whole shared state in bytes (header and member slots).
+    pub size: std::sync::atomic::AtomicU64,
+    /// The backend every member uses: 1 native, 2 emulated.
+    pub backend: std::sync::atomic::AtomicU32,
+    /// The rotation: `n` for `Every(n)` (n < u32::MAX), u32::MAX for `Adaptive`.
+    pub rotation: std::sync::atomic::AtomicU32,
+    /// A random number drawn when the group was set up: the door bells' addresses are made of
+    /// it, so two groups (or a named group and the one re-made under its name) never ring each
+    /// other's members.
+    pub incarnation: std::sync::atomic::AtomicU64,
+}
+
+/// The first word of a set-up group: "herdless" in ASCII.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"herdless");
+/// The shared layout's version: changed whenever the layout of [`Header`] or [`MemberSlot`]
+/// changes, so that a named group made by another version of herdless is refused, not misread.
+pub(crate) const LAYOUT_VERSION: u32 = 1;
+
 /// The fixed part of the shared state. Aligned to a cache line, so that its size is a multiple of
 /// 64 and the member slots after it each start a line of their own.
 #[repr(C, align(64))]
 pub(crate) struct Header {
+    /// What the group is (checked by a process that opens it by name).
+    pub preamble: Preamble,
     /// One more than the highest slot ever claimed: members live in `0..high`.
     pub high: AtomicU32,
     /// The process of the first member to join (0 before).
@@ -189,6 +222,18 @@ impl Memory {
         Ok(Memory { ptr })
     }
 
+    /// Takes over a shared mapping of `layout(capacity).size()` bytes made elsewhere (a named
+    /// group's segment, `crate::named`), unmapped on drop like an anonymous one.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live, writable, 64-aligned mapping of exactly `layout(capacity).size()`
+    /// bytes that nothing else unmaps.
+    #[cfg(unix)]
+    unsafe fn from_mapping(ptr: *mut u8) -> Memory {
+        Memory { ptr }
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: the memory starts with a Header, is aligned to 64 and lives as long as self.
         unsafe { &*self.ptr.cast::<Header>() }
@@ -229,6 +274,7 @@ impl Memory {
         let zero32 = || AtomicU32::new(0);
         let zero64 = || AtomicU64::new(0);
         let header = Header {
+            preamble: Preamble::default(),
             high: zero32(),
             first_pid: zero32(),
             spans_processes: zero32(),
@@ -268,21 +314,142 @@ impl Memory {
     fn free(&mut self, _capacity: usize) {}
 }
 
-impl SharedState {
-    /// Shared state for a group of `capacity` members, every slot free, no source in use.
-    pub(crate) fn new(capacity: usize) -> Result<SharedState> {
-        let shared = SharedState {
-            memory: Memory::new(capacity)?,
-            capacity,
+/// How many bytes the shared state of a group of `capacity` members takes (what a named
+/// group's segment must measure).
+#[cfg(not(loom))]
+pub(crate) fn size_for(capacity: usize) -> usize {
+    layout(capacity).size()
+}
+
+/// What the preamble says of a group: its backend, rotation and member count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub backend: crate::contract::Backend,
+    pub rotation: crate::contract::Rotation,
+    pub capacity: usize,
+}
+
+impl Settings {
+    fn backend_code(&self) -> u32 {
+        match self.backend {
+            crate::contract::Backend::Native => 1,
+            _ => 2,
+        }
+    }
+    fn rotation_code(&self) -> u32 {
+        match self.rotation {
+            crate::contract::Rotation::Every(n) => n.min(u32::MAX - 1),
+            crate::contract::Rotation::Adaptive => u32::MAX,
+        }
+    }
+    /// Decodes a preamble's settings; `Err` names the field that holds no valid value.
+    pub(crate) fn decode(
+        backend: u32,
+        rotation: u32,
+        capacity: u32,
+    ) -> std::result::Result<Settings, &'static str> {
+        use crate::contract::{Backend, Rotation, MAX_MEMBERS_LIMIT};
+        let backend = match backend {
+            1 => Backend::Native,
+            2 => Backend::Emulated,
+            _ => return Err("backend"),
         };
-        for s in &shared.header().sources {
+        let rotation = match rotation {
+            u32::MAX => Rotation::Adaptive,
+            n => Rotation::Every(n),
+        };
+        if capacity == 0 || capacity as usize > MAX_MEMBERS_LIMIT {
+            return Err("member count");
+        }
+        Ok(Settings {
+            backend,
+            rotation,
+            capacity: capacity as usize,
+        })
+    }
+}
+
+impl SharedState {
+    /// Shared state for a new anonymous group, every slot free, no source in use.
+    pub(crate) fn new(settings: Settings) -> Result<SharedState> {
+        let shared = SharedState {
+            memory: Memory::new(settings.capacity)?,
+            capacity: settings.capacity,
+        };
+        shared.set_up(settings);
+        Ok(shared)
+    }
+
+    /// An emulated group's shared state of `capacity` members (for the unit tests and models).
+    #[cfg(test)]
+    pub(crate) fn for_tests(capacity: usize) -> Result<SharedState> {
+        SharedState::new(Settings {
+            backend: crate::contract::Backend::Emulated,
+            rotation: crate::contract::Rotation::Adaptive,
+            capacity,
+        })
+    }
+
+    /// The shared state of a named group in a segment mapped by `crate::named`; set up first
+    /// if `fresh` (a segment of zeroes that its creator maps first).
+    ///
+    /// # Safety
+    ///
+    /// As [`Memory::from_mapping`]: `ptr` is a live, writable, 64-aligned shared mapping of
+    /// exactly `size_for(settings.capacity)` bytes, handed over to the shared state.
+    #[cfg(all(unix, not(loom)))]
+    pub(crate) unsafe fn from_mapping(
+        ptr: *mut u8,
+        settings: Settings,
+        fresh: bool,
+    ) -> SharedState {
+        let shared = SharedState {
+            // SAFETY: the caller's promise, passed on.
+            memory: unsafe { Memory::from_mapping(ptr) },
+            capacity: settings.capacity,
+        };
+        if fresh {
+            shared.set_up(settings);
+        }
+        shared
+    }
+
+    /// Writes what a set-up group holds besides zeroes: "no member" in the sources' member
+    /// fields, then the preamble, its magic word last (a named group's openers trust the
+    /// memory only once they see it).
+    fn set_up(&self, settings: Settings) {
+        for s in &self.header().sources {
             for f in [&s.holder, &s.leader, &s.watcher] {
                 f.store(NONE, SeqCst);
             }
             s.deputy.store(NONE, SeqCst);
             s.stuck.store(NONE, SeqCst);
         }
-        Ok(shared)
+        let p = &self.header().preamble;
+        p.layout_version.store(LAYOUT_VERSION, SeqCst);
+        p.capacity.store(settings.capacity as u32, SeqCst);
+        #[cfg(not(loom))]
+        p.size.store(size_for(settings.capacity) as u64, SeqCst);
+        p.backend.store(settings.backend_code(), SeqCst);
+        p.rotation.store(settings.rotation_code(), SeqCst);
+        p.incarnation.store(random_u64(), SeqCst);
+        p.magic.store(MAGIC, SeqCst);
+    }
+
+    /// The settings the preamble holds (checked when a named group was opened).
+    pub(crate) fn settings(&self) -> Settings {
+        let p = &self.header().preamble;
+        Settings::decode(
+            p.backend.load(SeqCst),
+            p.rotation.load(SeqCst),
+            self.capacity() as u32,
+        )
+        .expect("a group's preamble is checked before the group is used")
+    }
+
+    /// The random number the group's door bells are named after (see [`Preamble`]).
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.header().preamble.incarnation.load(SeqCst)
     }
 
     pub(crate) fn header(&self) -> &Header {
@@ -299,9 +466,10 @@ impl SharedState {
         self.capacity as u32
     }
 
-    /// One more than the highest member slot ever claimed.
+    /// One more than the highest member slot ever claimed (never more than the capacity, even
+    /// in a named group's memory that another process wrote garbage to).
     pub(crate) fn high(&self) -> u32 {
-        self.header().high.load(SeqCst)
+        self.header().high.load(SeqCst).min(self.capacity())
     }
 
     /// Have members of more than one process joined?
@@ -337,6 +505,21 @@ impl SharedState {
         }
         Err(Error::TooManySources { max: MAX_SOURCES })
     }
+}
+
+/// A random number, without a dependency: the standard library's hasher keys are drawn from
+/// the operating system's random source once per process, and the time and a counter make
+/// each draw differ.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(DRAWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish()
 }
 
 impl Drop for SharedState {

@@ -74,7 +74,7 @@ const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 /// The poller key of the member's door bell.
 const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
 
-/// What the emulation adds to a group: door bells, made before any fork.
+/// What the emulation adds to a group: this process's side of the door bells.
 pub(crate) struct EmulatedGroup {
     bells: Doorbells,
 }
@@ -95,9 +95,10 @@ impl EmulatedGroup {
         }
     }
 
-    pub(crate) fn new(slots: usize) -> Result<EmulatedGroup> {
+    /// The door bells of the group whose shared preamble holds `incarnation`.
+    pub(crate) fn new(incarnation: u64, slots: usize) -> Result<EmulatedGroup> {
         Ok(EmulatedGroup {
-            bells: Doorbells::new(slots)?,
+            bells: Doorbells::new(incarnation, slots)?,
         })
     }
 }
@@ -185,6 +186,9 @@ pub(crate) struct EmulatedWaiter {
     deaths: Box<DeathWatch>,
     /// Their pids, found before each kernel wait (kept to save an allocation per wait).
     depends_on: Vec<u32>,
+    /// This member's door bell, in its poller under `DOORBELL_KEY` (taken by `leave`).
+    #[cfg(all(unix, not(loom)))]
+    bell: Option<doorbell::Bell>,
 }
 
 impl EmulatedWaiter {
@@ -192,19 +196,21 @@ impl EmulatedWaiter {
         let me = membership.member;
         let poller =
             Arc::new(Poller::new().map_err(|e| Error::io("creating the member's poller", e))?);
-        group.drain_bell(me);
         #[cfg(all(unix, not(loom)))]
-        // SAFETY: the door bell lives in the group, which outlives this waiter (the waiter holds
-        // an Arc of it), and `leave` deletes it from the poller.
+        let bell = group.bells.bind(me, membership.generation())?;
+        #[cfg(all(unix, not(loom)))]
+        // SAFETY: the bell is this waiter's, and `leave` deletes it from the poller before it
+        // drops it.
         unsafe {
             poller
                 .add_with_mode(
-                    &group.bells.watch_end(me),
+                    &bell.watch(),
                     polling::Event::readable(DOORBELL_KEY),
                     PollMode::Level,
                 )
                 .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
+        group.drain_bell(me);
         #[cfg(all(not(unix), not(loom)))]
         group.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
@@ -227,6 +233,8 @@ impl EmulatedWaiter {
             changes: Vec::new(),
             deaths: Box::default(),
             depends_on: Vec::new(),
+            #[cfg(all(unix, not(loom)))]
+            bell: Some(bell),
         })
     }
 
@@ -936,7 +944,10 @@ impl EmulatedWaiter {
         }
         self.deaths.clear(&self.poller);
         #[cfg(all(unix, not(loom)))]
-        let _ = self.poller.delete(tk.bells.watch_end(me));
+        if let Some(bell) = self.bell.take() {
+            let _ = self.poller.delete(bell.watch());
+            tk.bells.unbind(me, bell);
+        }
     }
 
     fn poller_add(&self, fd: RawSource, interest: Interest) -> Result<()> {

@@ -148,7 +148,7 @@ impl Protocol<'_> {
         // (Not on Windows, where the bell is the poller's notify, which the member's kernel
         // wait consumes by itself, not a drain: every ring rings.)
         if slot.spinning.load(SeqCst) == 0 && (cfg!(not(unix)) || slot.rung.swap(1, SeqCst) == 0) {
-            self.bells.ring(m);
+            self.bells.ring(m, slot.generation());
         }
     }
 
@@ -731,7 +731,7 @@ mod model {
         }
         /// A group of `members` members registered on `sources` sources (0, then 1).
         fn with_sources(members: u32, sources: usize) -> Arc<World> {
-            let shared = SharedState::new(4).unwrap();
+            let shared = SharedState::for_tests(4).unwrap();
             for _ in 0..members {
                 shared.claim_slot(1).unwrap();
             }
@@ -743,7 +743,7 @@ mod model {
             }
             Arc::new(World {
                 shared,
-                bells: Doorbells::new(4).unwrap(),
+                bells: Doorbells::new(0, 4).unwrap(),
                 live: Liveness::new(4).unwrap(),
             })
         }

@@ -152,7 +152,9 @@ pub enum Error {
         reason: String,
     },
     /// The group's permissions do not let this process open it (another user's group).
-    #[error("permission denied for the group named {name:?} (its mode or owner shuts this user out)")]
+    #[error(
+        "permission denied for the group named {name:?} (its mode or owner shuts this user out)"
+    )]
     PermissionDenied {
         /// The group's name.
         name: String,

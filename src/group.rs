@@ -155,7 +155,10 @@ impl GroupBuilder {
         if let Some(name) = &self.name {
             if self.mode > 0o777 {
                 return Err(Error::InvalidSetting {
-                    reason: format!("mode must be permission bits (0o000 to 0o777), not {:#o}", self.mode),
+                    reason: format!(
+                        "mode must be permission bits (0o000 to 0o777), not {:#o}",
+                        self.mode
+                    ),
                 });
             }
             return named_group(name, Some((settings, self.backend, self.mode)));
@@ -199,7 +202,11 @@ fn named_group(name: &str, create: Option<(Settings, Backend, u32)>) -> Result<G
     let segment = named::open(&Request { name, create })?;
     let capacity = segment.shared.capacity() as usize;
     let live = crate::liveness::Liveness::on_file(segment.file, capacity);
-    let inner = Arc::new(GroupInner::new(segment.shared, live, Some(name.to_owned()))?);
+    let inner = Arc::new(GroupInner::new(
+        segment.shared,
+        live,
+        Some(name.to_owned()),
+    )?);
     open.push((name.to_owned(), Arc::downgrade(&inner)));
     Ok(Group { inner })
 }

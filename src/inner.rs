@@ -36,10 +36,7 @@ impl GroupInner {
     ) -> Result<GroupInner> {
         let settings = shared.settings();
         let emulation = match settings.backend {
-            Backend::Emulated => Some(EmulatedGroup::new(
-                shared.incarnation(),
-                settings.capacity,
-            )?),
+            Backend::Emulated => Some(EmulatedGroup::new(shared.incarnation(), settings.capacity)?),
             _ => None,
         };
         Ok(GroupInner {

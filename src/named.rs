@@ -115,7 +115,11 @@ pub(crate) fn remove(name: &str) -> Result<()> {
     let object = object_name(name)?;
     // SAFETY: a valid C string; shm_unlink touches nothing of ours.
     if unsafe { libc::shm_unlink(object.as_ptr()) } == -1 {
-        return Err(os_error(name, "removing the named group", io::Error::last_os_error()));
+        return Err(os_error(
+            name,
+            "removing the named group",
+            io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }
@@ -125,9 +129,9 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
     let object = object_name(req.name)?;
     let started = Instant::now();
     loop {
-        let (file, made_it) = open_object(req, &object)?;
+        let file = open_object(req, &object)?;
         let setup = hold_setup(&file, req.name)?;
-        match settle(req, &file, made_it)? {
+        match settle(req, &file)? {
             Some(shared) => {
                 // Open for as long as the process keeps the file; then the setup is over.
                 lock(&file, libc::F_RDLCK, OPEN_BYTE, 1)
@@ -151,17 +155,18 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
 }
 
 /// Opens the object, making it (empty, with `O_EXCL`) if the caller may create and there is
-/// none. Returns whether this call made it.
-fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
+/// none. (Whoever takes the setup lock first sets it up: not always the process that made it.)
+fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
     for _ in 0..100 {
         if let Some(c) = &req.create {
             let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-            if let Some(file) = shm_open(object, flags, c.mode)
-                .map(Some)
-                .or_else(|e| match e.raw_os_error() {
-                    Some(libc::EEXIST) => Ok(None),
-                    _ => Err(os_error(req.name, "creating the named group", e)),
-                })?
+            if let Some(file) =
+                shm_open(object, flags, c.mode)
+                    .map(Some)
+                    .or_else(|e| match e.raw_os_error() {
+                        Some(libc::EEXIST) => Ok(None),
+                        _ => Err(os_error(req.name, "creating the named group", e)),
+                    })?
             {
                 // The mode exactly as asked, whatever the umask.
                 // SAFETY: fchmod on our own open descriptor.
@@ -169,11 +174,11 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
                     let e = io::Error::last_os_error();
                     return Err(os_error(req.name, "setting the named group's mode", e));
                 }
-                return Ok((file, true));
+                return Ok(file);
             }
         }
         match shm_open(object, libc::O_RDWR | libc::O_CLOEXEC, 0) {
-            Ok(file) => return Ok((file, false)),
+            Ok(file) => return Ok(file),
             // Removed between our two calls: make it again.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && req.create.is_some() => continue,
             Err(e) => return Err(os_error(req.name, "opening the named group", e)),
@@ -198,20 +203,18 @@ fn shm_open(object: &CString, flags: libc::c_int, mode: u32) -> io::Result<File>
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// With the setup lock held: maps the group, after setting it up if this call made it, if
-/// its creator died before it was set up, or if the caller may create and nobody uses it. An
+/// With the setup lock held: maps the group, after setting it up if nobody has (its maker has
+/// not come to it yet, or died first), or if the caller may create and nobody uses it. An
 /// object that is not a group this herdless reads is refused, used or not.
 /// `None`: an open-only caller found a group not yet set up.
-fn settle(req: &Request<'_>, file: &File, made_it: bool) -> Result<Option<SharedState>> {
+fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
     let size = file
         .metadata()
         .map_err(|e| Error::io("reading the named group's size", e))?
         .len();
-    let found = if made_it {
-        Found::NotSetUp
-    } else {
-        inspect(file, size)?
-    };
+    // Looked at even by the process that made the object: another opener may have taken the
+    // setup lock first and set the group up (and joined it) already.
+    let found = inspect(file, size)?;
     let create = match (found, req.create) {
         (Found::Group(ptr, settings), create) => {
             let remake = match create {
@@ -232,7 +235,9 @@ fn settle(req: &Request<'_>, file: &File, made_it: bool) -> Result<Option<Shared
                         }
                     }
                     // SAFETY: `inspect` mapped exactly size_for(capacity) bytes, checked.
-                    return Ok(Some(unsafe { SharedState::from_mapping(ptr, settings, false) }));
+                    return Ok(Some(unsafe {
+                        SharedState::from_mapping(ptr, settings, false)
+                    }));
                 }
             }
         }
@@ -308,7 +313,9 @@ fn inspect(file: &File, size: u64) -> Result<Found> {
             p.rotation.load(SeqCst),
             p.capacity.load(SeqCst),
         ) {
-            Err(field) => Err(Found::Bad(Bad::Corrupt(format!("its {field} is not valid")))),
+            Err(field) => Err(Found::Bad(Bad::Corrupt(format!(
+                "its {field} is not valid"
+            )))),
             Ok(settings) => {
                 let want = shared::size_for(settings.capacity) as u64;
                 if p.size.load(SeqCst) != want || size != want {

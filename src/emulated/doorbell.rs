@@ -112,11 +112,11 @@ fn bell_address(
     slot: u32,
     generation: u32,
 ) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::io::Write;
     #[cfg(target_os = "android")]
     use std::os::android::net::SocketAddrExt;
     #[cfg(target_os = "linux")]
     use std::os::linux::net::SocketAddrExt;
-    use std::io::Write;
     // Written into a buffer on the stack: a ring allocates nothing.
     let mut name = [0u8; 64];
     let mut w = &mut name[..];
@@ -204,14 +204,7 @@ fn drain_socket(fd: libc::c_int) {
     let mut byte = 0u8;
     for _ in 0..16 {
         // SAFETY: reads into one live byte from our own bell, without waiting.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
         if n < 0 {
             return;
         }
@@ -242,11 +235,18 @@ mod tests {
                 )
             };
             assert_ne!(fl & libc::O_NONBLOCK, 0, "a blocking bell");
-            assert_ne!(fd_flags & libc::FD_CLOEXEC, 0, "a bell inherited across exec");
+            assert_ne!(
+                fd_flags & libc::FD_CLOEXEC,
+                0,
+                "a bell inherited across exec"
+            );
         }
         let mut byte = [0u8; 1];
         bells.ring(1, 6); // an earlier occupant's generation: nobody
-        assert!(bell.socket.recv(&mut byte).is_err(), "rang the wrong occupant");
+        assert!(
+            bell.socket.recv(&mut byte).is_err(),
+            "rang the wrong occupant"
+        );
         bells.ring(1, 7);
         bells.ring(1, 7);
         assert_eq!(bell.socket.recv(&mut byte).unwrap(), 1);

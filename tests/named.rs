@@ -1,0 +1,555 @@
+//! Named groups: workers that were exec'd (this test binary re-executes itself as a worker)
+//! open the group by name and share one listener with the same guarantees as forked ones; many
+//! processes creating one name at once end up in one group; an opener with other settings, a
+//! group of another layout version, a garbage or truncated object and another user are each
+//! refused with their own error; a group whose members all died is re-made by the next creator;
+//! the descriptors a process holds do not grow with the group's size.
+
+// Linux only: forked and exec'd members, /dev/shm, /proc/self/fd.
+#![cfg(any(target_os = "linux", target_os = "android"))]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use common::*;
+use herdless::{Backend, Error, Events, Group, Interest, Rotation};
+
+/// A name of this test run's own.
+fn name(tag: &str) -> String {
+    format!("test.{}.{tag}", std::process::id())
+}
+
+/// The shared-memory object behind a name, on Linux.
+fn object_path(name: &str) -> String {
+    format!("/dev/shm/herdless.{name}")
+}
+
+/// Removes the name when the test ends, whatever happens.
+struct Removed(String);
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = Group::remove(&self.0);
+    }
+}
+
+/// The environment variable that makes this binary a worker (see `exec_worker_entry_point`).
+const WORKER: &str = "HERDLESS_TEST_NAMED_WORKER";
+
+/// The entry point of the exec'd workers: the test binary re-executes itself with
+/// `--exact exec_worker_entry_point` and `HERDLESS_TEST_NAMED_WORKER=<group name>`; the
+/// listener and a ready pipe come as inherited descriptors (numbers in the environment). Run by
+/// the test harness without that variable, it returns at once.
+#[test]
+fn exec_worker_entry_point() {
+    let Ok(group_name) = std::env::var(WORKER) else {
+        return;
+    };
+    if std::env::var("HERDLESS_TEST_ACTION").as_deref() == Ok("open") {
+        // Only open the group, as a program of another user would; the exit status says how
+        // it went: 0 opened, 3 PermissionDenied, 4 anything else.
+        let code = match Group::open(&group_name) {
+            Ok(_) => 0,
+            Err(Error::PermissionDenied { .. }) => 3,
+            Err(e) => {
+                eprintln!("opening {group_name}: {e:?}");
+                4
+            }
+        };
+        std::process::exit(code);
+    }
+    let fd = |var: &str| -> RawFd { std::env::var(var).unwrap().parse().unwrap() };
+    // SAFETY: the descriptors were left open across exec for this process alone.
+    let listener = unsafe {
+        use std::os::fd::FromRawFd;
+        TcpListener::from_raw_fd(fd("HERDLESS_TEST_LISTENER"))
+    };
+    let ready = fd("HERDLESS_TEST_READY");
+    let group = Group::open(&group_name).expect("opening the group by name");
+    let mut waiter = group.join().unwrap();
+    waiter
+        .add(
+            &listener,
+            0,
+            Interest::READABLE.exclusive().one_event_round_robin(),
+        )
+        .unwrap();
+    write_all(ready, &gettid().to_ne_bytes());
+    let mut events = Events::with_capacity(1);
+    let mut accepted: u8 = 0;
+    loop {
+        waiter.wait(&mut events, None).unwrap();
+        if events.is_empty() {
+            continue;
+        }
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                waiter.consumed(0).unwrap();
+                accepted += 1;
+                let mut byte = [0u8; 1];
+                stream.set_nonblocking(false).unwrap();
+                if stream.read_exact(&mut byte).is_err() || byte[0] == b'q' {
+                    stream.write_all(&[accepted]).unwrap();
+                    return;
+                }
+                stream.write_all(&[accepted]).unwrap();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// Clears close-on-exec on `fd` (in the child, between fork and exec).
+fn inherit(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor of this process; async-signal-safe.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// 8 workers started by fork + exec open the group by name and take 400 connections, one at a
+/// time, in strict turns (the forked workers' figure of `tests/processes.rs`), and each of
+/// their kernel waits is woken about once per connection.
+fn exec_workers_share_a_listener(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    const WORKERS: usize = 8;
+    const CONNECTIONS: usize = 400;
+    let n = name("exec");
+    let _removed = Removed(n.clone());
+    let group = Group::builder()
+        .name(&n)
+        .backend(backend)
+        .max_members(WORKERS)
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (ready_r, ready_w) = pipe();
+    // SAFETY: fcntl on our own descriptor: the parent reads it blocking.
+    unsafe { libc::fcntl(ready_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let (lfd, rfd) = (listener.as_raw_fd(), ready_w.as_raw_fd());
+    let mut children = Vec::new();
+    for _ in 0..WORKERS {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
+            .env(WORKER, &n)
+            .env("HERDLESS_TEST_LISTENER", lfd.to_string())
+            .env("HERDLESS_TEST_READY", rfd.to_string());
+        // SAFETY: the hook only calls fcntl, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                inherit(lfd)?;
+                inherit(rfd)
+            });
+        }
+        children.push(cmd.spawn().unwrap());
+    }
+    drop(ready_w);
+    // Each worker's waiting thread (the harness runs a test in a thread of its own).
+    let mut tid = [0u8; 4];
+    let mut threads = Vec::new();
+    for _ in 0..WORKERS {
+        read_exact(ready_r.as_raw_fd(), &mut tid);
+        threads.push(i32::from_ne_bytes(tid));
+    }
+    for tid in threads {
+        // The thread id is the process id of its own /proc/<id>/task/<id> entry too.
+        until_asleep(tid as u32, &[tid]);
+    }
+    let mut byte = [0u8; 1];
+    for _ in 0..CONNECTIONS {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"x").unwrap();
+        c.read_exact(&mut byte).unwrap();
+    }
+    let mut counts = Vec::new();
+    for _ in 0..WORKERS {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"q").unwrap();
+        c.read_exact(&mut byte).unwrap();
+        counts.push(u64::from(byte[0]) - 1);
+    }
+    for mut c in children {
+        assert!(c.wait().unwrap().success(), "a worker failed");
+    }
+    eprintln!("{backend:?} exec'd workers, accepts per worker: {counts:?}");
+    assert_eq!(group.stats().len(), WORKERS, "{:?}", group.stats());
+    assert_eq!(counts.iter().sum::<u64>(), CONNECTIONS as u64, "{counts:?}");
+    for &c in &counts {
+        assert!((48..=52).contains(&c), "not 50 ± 2 each: {counts:?}");
+    }
+}
+
+/// 32 processes create-or-open one name at the same instant: one group, 32 distinct slots.
+fn a_creation_race_ends_in_one_group(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    const RACERS: usize = 32;
+    let n = name("race");
+    let _removed = Removed(n.clone());
+    let (go_r, go_w) = pipe();
+    // SAFETY: fcntl on our own descriptor: the children read it blocking.
+    unsafe { libc::fcntl(go_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let (slot_r, slot_w) = pipe();
+    // SAFETY: as above, for the parent.
+    unsafe { libc::fcntl(slot_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let (stop_r, stop_w) = pipe();
+    // SAFETY: as above.
+    unsafe { libc::fcntl(stop_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let mut pids = Vec::new();
+    for _ in 0..RACERS {
+        // SAFETY: the child uses this crate, raw system calls and _exit only.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            drop(go_w);
+            drop(stop_w);
+            let code = std::panic::catch_unwind(|| {
+                let mut b = [0u8; 1];
+                read_exact(go_r.as_raw_fd(), &mut b);
+                let group = Group::builder()
+                    .name(&n)
+                    .backend(backend)
+                    .max_members(64)
+                    .build()
+                    .unwrap();
+                let waiter = group.join().unwrap();
+                write_all(slot_w.as_raw_fd(), &[waiter.member() as u8]);
+                // Stay a member until the parent has looked (its hang-up).
+                // SAFETY: a blocking read into a live byte.
+                unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            });
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(i32::from(code.is_err())) };
+        }
+        pids.push(pid);
+    }
+    drop(slot_w);
+    write_all(go_w.as_raw_fd(), &[1; RACERS]);
+    let mut slots = vec![0u8; RACERS];
+    read_exact(slot_r.as_raw_fd(), &mut slots);
+    let group = Group::open(&n).unwrap();
+    let stats = group.stats();
+    drop(stop_w);
+    for pid in pids {
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), RACERS, "two racers got one slot: {slots:?}");
+    assert_eq!(stats.len(), RACERS, "not one group: {stats:?}");
+    assert!(stats.iter().all(|m| m.alive), "{stats:?}");
+    assert_eq!(group.backend(), backend);
+}
+
+/// Forks a member of the named group that stays joined until the returned pipe end is dropped.
+fn member_in_child(n: &str) -> (libc::pid_t, std::os::fd::OwnedFd) {
+    let (ready_r, ready_w) = pipe();
+    // SAFETY: fcntl on our own descriptor: read blocking.
+    unsafe { libc::fcntl(ready_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let (stop_r, stop_w) = pipe();
+    // SAFETY: as above.
+    unsafe { libc::fcntl(stop_r.as_raw_fd(), libc::F_SETFL, 0) };
+    // SAFETY: the child uses this crate, raw system calls and _exit only.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        drop(stop_w);
+        let code = std::panic::catch_unwind(|| {
+            let group = Group::open(n).unwrap();
+            let _waiter = group.join().unwrap();
+            write_all(ready_w.as_raw_fd(), &[1]);
+            let mut b = [0u8; 1];
+            // SAFETY: a blocking read into a live byte.
+            unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+        });
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(i32::from(code.is_err())) };
+    }
+    let mut b = [0u8; 1];
+    read_exact(ready_r.as_raw_fd(), &mut b);
+    (pid, stop_w)
+}
+
+fn reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: reaps our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+}
+
+/// A creator whose settings differ from those of a group in use gets an error naming the
+/// setting; `Group::open` takes the group's settings; once every member is gone and nobody has
+/// the group open, the next creator re-makes it with its own.
+fn settings_differ_while_in_use_and_a_dead_group_is_reused(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("settings");
+    let _removed = Removed(n.clone());
+    let build = |max: usize, rotation: Rotation| {
+        Group::builder()
+            .name(&n)
+            .backend(backend)
+            .rotation(rotation)
+            .max_members(max)
+            .build()
+    };
+    let group = build(8, Rotation::Every(1)).unwrap();
+    let (pid, stop) = member_in_child(&n);
+    drop(group); // the child's member keeps the group in use
+    match build(16, Rotation::Every(1)) {
+        Err(Error::GroupSettingsDiffer {
+            setting,
+            group,
+            asked,
+            ..
+        }) => assert_eq!(
+            (setting, group.as_str(), asked.as_str()),
+            ("max_members", "8", "16")
+        ),
+        other => panic!("expected GroupSettingsDiffer, got {other:?}"),
+    }
+    match build(8, Rotation::Adaptive) {
+        Err(Error::GroupSettingsDiffer { setting, .. }) => assert_eq!(setting, "rotation"),
+        other => panic!("expected GroupSettingsDiffer, got {other:?}"),
+    }
+    let other_backend = match backend {
+        Backend::Native => Backend::Emulated,
+        _ => Backend::Native,
+    };
+    if herdless_fixtures::native_backend().is_some() {
+        let asked = Group::builder()
+            .name(&n)
+            .backend(other_backend)
+            .rotation(Rotation::Every(1))
+            .max_members(8)
+            .build();
+        assert!(
+            matches!(
+                asked,
+                Err(Error::GroupSettingsDiffer {
+                    setting: "backend",
+                    ..
+                })
+            ),
+            "{asked:?}"
+        );
+    }
+    // Auto takes the group's backend; open takes everything.
+    let auto = Group::builder()
+        .name(&n)
+        .rotation(Rotation::Every(1))
+        .max_members(8)
+        .build()
+        .unwrap();
+    assert_eq!(auto.backend(), backend);
+    drop(auto);
+    let opened = Group::open(&n).unwrap();
+    assert_eq!(
+        (opened.backend(), opened.rotation(), opened.max_members()),
+        (backend, Rotation::Every(1), 8)
+    );
+    assert_eq!(opened.stats().len(), 1, "the child's member");
+    assert!(opened.stats()[0].alive);
+    drop(opened);
+    drop(stop);
+    reap(pid);
+    // Every member gone, nobody has it open: the next creator makes it anew, with its settings.
+    let fresh = build(16, Rotation::Adaptive).unwrap();
+    assert_eq!(
+        (fresh.max_members(), fresh.rotation(), fresh.stats().len()),
+        (16, Rotation::Adaptive, 0)
+    );
+}
+
+/// A member killed with SIGKILL leaves a slot the next member of another process reuses, and
+/// a group whose creator died before setting it up is set up by the next creator.
+fn deaths_between_unrelated_processes(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("deaths");
+    let _removed = Removed(n.clone());
+    // A creator that died after making the object, before setting it up: an empty object.
+    std::fs::File::create(object_path(&n)).unwrap();
+    assert!(matches!(Group::open(&n), Err(Error::GroupNotFound { .. })));
+    let group = Group::builder()
+        .name(&n)
+        .backend(backend)
+        .max_members(1)
+        .build()
+        .unwrap();
+    let (pid, _stop) = member_in_child(&n);
+    assert!(matches!(group.join(), Err(Error::GroupFull { max: 1 })));
+    // SAFETY: kills our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let mut status = 0;
+    // SAFETY: reaps our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let waiter = group.join().expect("the dead member's slot");
+    assert_eq!(waiter.member(), 0);
+}
+
+/// Writes `bytes` at `offset` of the object behind `name`.
+fn scribble(name: &str, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(object_path(name))
+        .unwrap();
+    f.write_all_at(bytes, offset).unwrap();
+}
+
+/// A group of another layout version, a garbage object and a truncated one are refused, by
+/// openers and creators alike, and nothing of them is used; removing the name lets a creator
+/// start again.
+fn bad_objects_are_refused(backend: Backend) {
+    // (A fork of another test must not happen while this one holds the table of open groups.)
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("bad");
+    let _removed = Removed(n.clone());
+    let make = || {
+        Group::builder()
+            .name(&n)
+            .backend(backend)
+            .max_members(4)
+            .build()
+    };
+    drop(make().unwrap());
+    // The layout version: the u32 after the magic word.
+    scribble(&n, 8, &999u32.to_ne_bytes());
+    for got in [Group::open(&n), make()] {
+        match got {
+            Err(Error::IncompatibleGroup {
+                found, expected, ..
+            }) => assert_eq!((found, expected), (999, 1)),
+            other => panic!("expected IncompatibleGroup, got {other:?}"),
+        }
+    }
+    // Garbage: no magic word.
+    scribble(&n, 0, &[0xA5; 4096]);
+    for got in [Group::open(&n), make()] {
+        assert!(matches!(got, Err(Error::CorruptGroup { .. })), "{got:?}");
+    }
+    // Truncated: a valid group cut short.
+    Group::remove(&n).unwrap();
+    drop(make().unwrap());
+    let len = std::fs::metadata(object_path(&n)).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(object_path(&n))
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    match Group::open(&n) {
+        Err(Error::CorruptGroup { reason, .. }) => assert!(reason.contains("bytes"), "{reason}"),
+        other => panic!("expected CorruptGroup, got {other:?}"),
+    }
+    // A member count out of range in an otherwise valid preamble (u32 at offset 12).
+    Group::remove(&n).unwrap();
+    drop(make().unwrap());
+    scribble(&n, 12, &1_000_000u32.to_ne_bytes());
+    assert!(matches!(Group::open(&n), Err(Error::CorruptGroup { .. })));
+    Group::remove(&n).unwrap();
+    assert!(matches!(
+        Group::remove(&n),
+        Err(Error::GroupNotFound { .. })
+    ));
+    assert!(matches!(Group::open(&n), Err(Error::GroupNotFound { .. })));
+    let fresh = make().unwrap();
+    assert_eq!(fresh.max_members(), 4);
+}
+
+/// A group is created 0600 unless a mode is given; another user is refused with
+/// PermissionDenied, and let in by a mode that allows it.
+fn another_user_is_refused(backend: Backend) {
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("SKIPPED: another_user_is_refused needs root to become another user");
+        return;
+    }
+    let _one_at_a_time = one_fork_at_a_time();
+    for (mode, allowed) in [(0o600, false), (0o666, true)] {
+        let n = name(&format!("perm{mode:o}"));
+        let _removed = Removed(n.clone());
+        let _group = Group::builder()
+            .name(&n)
+            .backend(backend)
+            .mode(mode)
+            .build()
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let on_disk = std::fs::metadata(object_path(&n))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(on_disk, mode, "the mode asked for, whatever the umask");
+        // Another user's program: this binary exec'd as nobody, opening the name.
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "exec_worker_entry_point", "--nocapture"])
+            .env(WORKER, &n)
+            .env("HERDLESS_TEST_ACTION", "open")
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .unwrap();
+        let want = if allowed { 0 } else { 3 };
+        assert_eq!(status.code(), Some(want), "mode {mode:o}: {status:?}");
+    }
+}
+
+/// The descriptors a process holds for an emulated group and one member do not grow with the
+/// group's size: the same for 64 and 4 096 members.
+fn descriptors_do_not_grow_with_the_group(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    // Counted in a forked child: one thread, so no other test opens descriptors meanwhile.
+    let (report_r, report_w) = pipe();
+    // SAFETY: fcntl on our own descriptor: read blocking.
+    unsafe { libc::fcntl(report_r.as_raw_fd(), libc::F_SETFL, 0) };
+    // SAFETY: the child uses this crate, /proc, raw system calls and _exit only.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let open_fds = || std::fs::read_dir("/proc/self/fd").unwrap().count() as u8;
+        let mut cost = Vec::new();
+        // The first round opens what a process opens once (the native probe's answer is kept).
+        for max in [64, 64, 4096] {
+            let before = open_fds();
+            let group = Group::builder()
+                .backend(backend)
+                .max_members(max)
+                .build()
+                .unwrap();
+            let waiter = group.join().unwrap();
+            cost.push(open_fds() - before);
+            drop((waiter, group));
+        }
+        write_all(report_w.as_raw_fd(), &cost);
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    drop(report_w);
+    let mut cost = [0u8; 3];
+    read_exact(report_r.as_raw_fd(), &mut cost);
+    reap(pid);
+    eprintln!("{backend:?}: descriptors for a group and one member, 64 and 4096 members: {cost:?}");
+    assert_eq!(cost[1], cost[2], "{cost:?}");
+    assert!(cost[1] <= 8, "{cost:?}");
+}
+
+every_backend!(
+    exec_workers_share_a_listener,
+    a_creation_race_ends_in_one_group,
+    settings_differ_while_in_use_and_a_dead_group_is_reused,
+    deaths_between_unrelated_processes,
+    bad_objects_are_refused,
+    another_user_is_refused,
+    descriptors_do_not_grow_with_the_group,
+);

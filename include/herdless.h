@@ -139,6 +139,29 @@
  */
 #define HERDLESS_EPANIC -13
 
+/**
+ * No group has this name (herdless_group_open without options), or its creator never set it
+ * up.
+ */
+#define HERDLESS_ENOGROUP -14
+
+/**
+ * A named group exists with other settings than the options asked for (the message names the
+ * setting); open it with NULL options to take its settings.
+ */
+#define HERDLESS_ESETTINGS -15
+
+/**
+ * The shared memory under a group's name is not a group this herdless can use: made by
+ * another version of herdless, or garbage, or truncated.
+ */
+#define HERDLESS_EBADGROUP -16
+
+/**
+ * The group's permissions shut this user out.
+ */
+#define HERDLESS_EACCES -17
+
 #if defined(HERDLESS_UNIX)
 /**
  * `events` bit for herdless_poll: an event on this descriptor wakes exactly one of the
@@ -302,6 +325,44 @@ int herdless_options_init(struct herdless_options *options);
  * writable herdless_group.
  */
 int herdless_group_new(const struct herdless_options *options, struct herdless_group *out_group);
+
+/**
+ * Opens the **named group** `name`, which any process of a user the group's mode lets in
+ * opens by name: server programs exec'd by a supervisor, or started on their own, all share
+ * it. With `options` NULL the group must exist, and its settings are taken (what a server that
+ * must not create calls); with options, the group is created with them if there is none (mode
+ * 0600; a group nobody has open and whose members are all gone is made anew), and an existing
+ * one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's). A second open of
+ * one name in a process returns the same group. A name is 1 to 245 characters (21 on macOS)
+ * of letters, digits, '.', '_' and '-' (the POSIX shared-memory object /herdless.<name>).
+ *
+ * Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `name` or `out_group`
+ * is NULL; HERDLESS_EINVAL for an invalid name or options; HERDLESS_ENOGROUP if there is no
+ * such group (NULL options); HERDLESS_ESETTINGS if it has other settings than the options;
+ * HERDLESS_EBADGROUP if the memory under the name is not a group this herdless can use
+ * (another version, garbage: remove it with herdless_group_remove); HERDLESS_EACCES for
+ * another user's group; HERDLESS_EUNAVAILABLE outside Unix; HERDLESS_EIO otherwise.
+ *
+ * # Safety
+ *
+ * `name` is NULL or a NUL-terminated string; `options` is NULL or points to a
+ * herdless_options; `out_group` is NULL or points to a writable herdless_group.
+ */
+int herdless_group_open(const char *name,
+                        const struct herdless_options *options,
+                        struct herdless_group *out_group);
+
+/**
+ * Removes the name of a named group, as unlink(2) removes a file's: processes that have it
+ * open keep using it, the next creator of the name makes a new group. Returns HERDLESS_OK,
+ * HERDLESS_ENULL, HERDLESS_EINVAL (invalid name), HERDLESS_ENOGROUP (no such group),
+ * HERDLESS_EACCES, HERDLESS_EUNAVAILABLE outside Unix.
+ *
+ * # Safety
+ *
+ * `name` is NULL or a NUL-terminated string.
+ */
+int herdless_group_remove(const char *name);
 
 /**
  * Frees a group handle. Waiters already joined keep working (each holds the group); a child

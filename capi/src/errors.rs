@@ -41,6 +41,17 @@ pub const HERDLESS_EBUSY: c_int = -11;
 pub const HERDLESS_EIO: c_int = -12;
 /// An internal error (a bug in herdless) was caught before it could cross into C.
 pub const HERDLESS_EPANIC: c_int = -13;
+/// No group has this name (herdless_group_open without options), or its creator never set it
+/// up.
+pub const HERDLESS_ENOGROUP: c_int = -14;
+/// A named group exists with other settings than the options asked for (the message names the
+/// setting); open it with NULL options to take its settings.
+pub const HERDLESS_ESETTINGS: c_int = -15;
+/// The shared memory under a group's name is not a group this herdless can use: made by
+/// another version of herdless, or garbage, or truncated.
+pub const HERDLESS_EBADGROUP: c_int = -16;
+/// The group's permissions shut this user out.
+pub const HERDLESS_EACCES: c_int = -17;
 
 /// A failed call: the code returned to C and the message kept for herdless_strerror.
 pub(crate) struct Failure {
@@ -76,6 +87,12 @@ impl From<herdless::Error> for Failure {
             | E::InvalidSetting { .. } => HERDLESS_EINVAL,
             E::GroupFull { .. } | E::TooManySources { .. } => HERDLESS_EFULL,
             E::ForkedWaiter { .. } => HERDLESS_EWRONGPROCESS,
+            E::GroupNotFound { .. } => HERDLESS_ENOGROUP,
+            E::GroupSettingsDiffer { .. } => HERDLESS_ESETTINGS,
+            E::IncompatibleGroup { .. } | E::CorruptGroup { .. } => HERDLESS_EBADGROUP,
+            E::PermissionDenied { .. } => HERDLESS_EACCES,
+            E::InvalidGroupName { .. } => HERDLESS_EINVAL,
+            E::Unsupported { .. } => HERDLESS_EUNAVAILABLE,
             _ => HERDLESS_EIO,
         };
         Failure::new(code, e.to_string())
@@ -135,6 +152,10 @@ fn describe(code: c_int) -> &'static [u8] {
         HERDLESS_EBUSY => b"another thread is using this waiter\0",
         HERDLESS_EIO => b"operating-system error\0",
         HERDLESS_EPANIC => b"internal error in herdless\0",
+        HERDLESS_ENOGROUP => b"no group of that name\0",
+        HERDLESS_ESETTINGS => b"the named group has other settings\0",
+        HERDLESS_EBADGROUP => b"not a group this herdless can use\0",
+        HERDLESS_EACCES => b"permission denied for the named group\0",
         _ => b"unknown herdless error code\0",
     }
 }

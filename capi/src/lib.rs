@@ -26,7 +26,7 @@ mod errors;
 mod poll;
 mod registry;
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
 pub use errors::*;
@@ -245,11 +245,7 @@ fn with_source<R>(
 pub unsafe extern "C" fn herdless_options_init(options: *mut herdless_options) -> c_int {
     ffi(|| {
         // SAFETY: the caller's contract (see # Safety).
-        *unsafe { out(options, "options") }? = herdless_options {
-            backend: HERDLESS_BACKEND_AUTO,
-            rotate_every: HERDLESS_ROTATE_ADAPTIVE,
-            max_members: herdless::DEFAULT_MAX_MEMBERS,
-        };
+        *unsafe { out(options, "options") }? = default_options();
         Ok(HERDLESS_OK)
     })
 }
@@ -275,38 +271,125 @@ pub unsafe extern "C" fn herdless_group_new(
         // SAFETY: the caller's contract (see # Safety).
         let out_group = unsafe { out(out_group, "out_group") }?;
         let options = if options.is_null() {
-            herdless_options {
-                backend: HERDLESS_BACKEND_AUTO,
-                rotate_every: HERDLESS_ROTATE_ADAPTIVE,
-                max_members: herdless::DEFAULT_MAX_MEMBERS,
-            }
+            default_options()
         } else {
             // SAFETY: the caller's contract (see # Safety).
             *unsafe { non_null(options, "options") }?
         };
-        let backend = match options.backend {
-            HERDLESS_BACKEND_AUTO => Backend::Auto,
-            HERDLESS_BACKEND_NATIVE => Backend::Native,
-            HERDLESS_BACKEND_EMULATED => Backend::Emulated,
-            other => {
-                return Err(Failure::new(
-                    HERDLESS_EINVAL,
-                    format!("unknown backend {other} (use HERDLESS_BACKEND_*)"),
-                ))
-            }
-        };
-        let rotation = match options.rotate_every {
-            HERDLESS_ROTATE_ADAPTIVE => Rotation::Adaptive,
-            n => Rotation::Every(n),
-        };
-        let group = Group::builder()
-            .backend(backend)
-            .rotation(rotation)
-            .max_members(options.max_members)
-            .build()?;
+        let group = builder(&options)?.build()?;
         *out_group = herdless_group {
             id: registry::insert_group(group),
         };
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// The options herdless_options_init writes.
+fn default_options() -> herdless_options {
+    herdless_options {
+        backend: HERDLESS_BACKEND_AUTO,
+        rotate_every: HERDLESS_ROTATE_ADAPTIVE,
+        max_members: herdless::DEFAULT_MAX_MEMBERS,
+    }
+}
+
+/// A builder with the options' settings.
+fn builder(options: &herdless_options) -> Result<herdless::GroupBuilder, Failure> {
+    let backend = match options.backend {
+        HERDLESS_BACKEND_AUTO => Backend::Auto,
+        HERDLESS_BACKEND_NATIVE => Backend::Native,
+        HERDLESS_BACKEND_EMULATED => Backend::Emulated,
+        other => {
+            return Err(Failure::new(
+                HERDLESS_EINVAL,
+                format!("unknown backend {other} (use HERDLESS_BACKEND_*)"),
+            ))
+        }
+    };
+    let rotation = match options.rotate_every {
+        HERDLESS_ROTATE_ADAPTIVE => Rotation::Adaptive,
+        n => Rotation::Every(n),
+    };
+    Ok(Group::builder()
+        .backend(backend)
+        .rotation(rotation)
+        .max_members(options.max_members))
+}
+
+/// The Rust string of a C string argument.
+///
+/// # Safety
+///
+/// `s` is NULL or a NUL-terminated string.
+unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
+    if s.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::ffi::CStr::from_ptr(s) }
+        .to_str()
+        .map_err(|_| Failure::new(HERDLESS_EINVAL, format!("{what} is not UTF-8")))
+}
+
+/// Opens the **named group** `name`, which any process of a user the group's mode lets in
+/// opens by name: server programs exec'd by a supervisor, or started on their own, all share
+/// it. With `options` NULL the group must exist, and its settings are taken (what a server that
+/// must not create calls); with options, the group is created with them if there is none (mode
+/// 0600; a group nobody has open and whose members are all gone is made anew), and an existing
+/// one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's). A second open of
+/// one name in a process returns the same group. A name is 1 to 245 characters (21 on macOS)
+/// of letters, digits, '.', '_' and '-' (the POSIX shared-memory object /herdless.<name>).
+///
+/// Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `name` or `out_group`
+/// is NULL; HERDLESS_EINVAL for an invalid name or options; HERDLESS_ENOGROUP if there is no
+/// such group (NULL options); HERDLESS_ESETTINGS if it has other settings than the options;
+/// HERDLESS_EBADGROUP if the memory under the name is not a group this herdless can use
+/// (another version, garbage: remove it with herdless_group_remove); HERDLESS_EACCES for
+/// another user's group; HERDLESS_EUNAVAILABLE outside Unix; HERDLESS_EIO otherwise.
+///
+/// # Safety
+///
+/// `name` is NULL or a NUL-terminated string; `options` is NULL or points to a
+/// herdless_options; `out_group` is NULL or points to a writable herdless_group.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_group_open(
+    name: *const c_char,
+    options: *const herdless_options,
+    out_group: *mut herdless_group,
+) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        let out_group = unsafe { out(out_group, "out_group") }?;
+        // SAFETY: the caller's contract (see # Safety).
+        let name = unsafe { c_str(name, "name") }?;
+        let group = if options.is_null() {
+            Group::open(name)?
+        } else {
+            // SAFETY: the caller's contract (see # Safety).
+            let options = unsafe { non_null(options, "options") }?;
+            builder(options)?.name(name).build()?
+        };
+        *out_group = herdless_group {
+            id: registry::insert_group(group),
+        };
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Removes the name of a named group, as unlink(2) removes a file's: processes that have it
+/// open keep using it, the next creator of the name makes a new group. Returns HERDLESS_OK,
+/// HERDLESS_ENULL, HERDLESS_EINVAL (invalid name), HERDLESS_ENOGROUP (no such group),
+/// HERDLESS_EACCES, HERDLESS_EUNAVAILABLE outside Unix.
+///
+/// # Safety
+///
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_group_remove(name: *const c_char) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        let name = unsafe { c_str(name, "name") }?;
+        Group::remove(name)?;
         Ok(HERDLESS_OK)
     })
 }

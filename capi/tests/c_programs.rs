@@ -285,3 +285,49 @@ fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_native() {
 fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_emulated() {
     poll_shape("emulated");
 }
+
+/// Seed 003's middleware from C: a supervisor forks and execs 100 server programs, which open
+/// the group and the POSIX queue by name and serve 20 000 requests through herdless_poll with
+/// POLLEXCL | POLLONE: none lost, none twice, and turns (Jain's index far above the raw flag's
+/// one-server monopoly, about 0.01 here).
+fn service_queue(backend: &str) {
+    let Some(exe) = build("service_queue") else {
+        return;
+    };
+    let out = run(
+        &exe,
+        &[
+            "--servers",
+            "100",
+            "--requests",
+            "20000",
+            "--backend",
+            backend,
+        ],
+    );
+    let result = out
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .expect("the supervisor prints a RESULT line");
+    let field = |name: &str| -> f64 {
+        result
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {result}"))
+    };
+    for name in ["lost", "duplicated", "stray", "failed_servers"] {
+        assert_eq!(field(name), 0.0, "{result}");
+    }
+    assert!(field("jain") > 0.8, "no turns: {result}");
+}
+
+#[test]
+fn exec_d_servers_share_a_named_group_and_a_queue_native() {
+    service_queue("native");
+}
+
+#[test]
+fn exec_d_servers_share_a_named_group_and_a_queue_emulated() {
+    service_queue("emulated");
+}

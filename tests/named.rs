@@ -544,7 +544,111 @@ fn descriptors_do_not_grow_with_the_group(backend: Backend) {
     assert!(cost[1] <= 8, "{cost:?}");
 }
 
+/// A group built for 4 096 members works in processes limited to 256 descriptors
+/// (`RLIMIT_NOFILE`): 8 processes of 32 member threads each (`HERDLESS_NAMED_PROCESSES` sets
+/// another count of processes: 128 fill the 4 096 slots) share one pipe, and every message is
+/// read exactly once. (Door bells made per slot in every process, as before named groups,
+/// needed 8 193 descriptors here.)
+fn a_big_group_under_a_small_descriptor_limit(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    const THREADS: usize = 32;
+    let processes: usize = std::env::var("HERDLESS_NAMED_PROCESSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let messages = processes * THREADS * 4;
+    let n = name("big");
+    let _removed = Removed(n.clone());
+    let group = Group::builder()
+        .name(&n)
+        .backend(backend)
+        .max_members(4096)
+        .build()
+        .unwrap();
+    let (data_r, data_w) = pipe();
+    let (ready_r, ready_w) = pipe();
+    // SAFETY: fcntl on our own descriptor: the parent reads it blocking.
+    unsafe { libc::fcntl(ready_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let reads = herdless_fixtures::SharedCounters::new(messages).unwrap();
+    let mut pids = Vec::new();
+    for _ in 0..processes {
+        // SAFETY: the child uses this crate, std threads, raw system calls and _exit only.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = std::panic::catch_unwind(|| {
+                drop(data_w);
+                let limit = libc::rlimit {
+                    rlim_cur: 256,
+                    rlim_max: 256,
+                };
+                // SAFETY: sets this child's own limit from a live struct.
+                assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+                std::thread::scope(|scope| {
+                    for _ in 0..THREADS {
+                        scope.spawn(|| {
+                            let mut waiter = group.join().unwrap();
+                            waiter
+                                .add(&data_r, 0, Interest::READABLE.exclusive())
+                                .unwrap();
+                            write_all(ready_w.as_raw_fd(), &[1]);
+                            let mut events = Events::with_capacity(1);
+                            loop {
+                                waiter.wait(&mut events, None).unwrap();
+                                if events.is_empty() {
+                                    continue;
+                                }
+                                match read_msg(data_r.as_raw_fd()) {
+                                    Some(Some(id)) => {
+                                        waiter.consumed(0).unwrap();
+                                        reads
+                                            .get(id as usize)
+                                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    }
+                                    Some(None) => return, // the parent hung up
+                                    None => waiter.consumed(0).unwrap(),
+                                }
+                            }
+                        });
+                    }
+                });
+            });
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(i32::from(code.is_err())) };
+        }
+        pids.push(pid);
+    }
+    drop(ready_w);
+    let mut ready = vec![0u8; processes * THREADS];
+    read_exact(ready_r.as_raw_fd(), &mut ready);
+    for id in 0..messages {
+        write_msg(data_w.as_raw_fd(), id as u64);
+    }
+    // Every message read before the hang-up: then the members see EOF and stop.
+    let start = std::time::Instant::now();
+    while (0..messages).any(|i| reads.get(i).load(std::sync::atomic::Ordering::SeqCst) == 0) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "messages left unread"
+        );
+        std::thread::yield_now();
+    }
+    drop(data_w);
+    for pid in pids {
+        reap(pid);
+    }
+    let counts: Vec<u64> = (0..messages)
+        .map(|i| reads.get(i).load(std::sync::atomic::Ordering::SeqCst))
+        .collect();
+    assert!(
+        counts.iter().all(|&c| c == 1),
+        "a message not read exactly once"
+    );
+    assert_eq!(group.stats().len(), processes * THREADS);
+}
+
 every_backend!(
+    a_big_group_under_a_small_descriptor_limit,
     exec_workers_share_a_listener,
     a_creation_race_ends_in_one_group,
     settings_differ_while_in_use_and_a_dead_group_is_reused,

@@ -198,8 +198,8 @@ typedef struct herdless_options {
    */
   uint32_t rotate_every;
   /**
-   * How many members may join (default 64, at most 4096). The emulation keeps a pipe per
-   * member slot.
+   * How many members may join (default 64, at most 4096). A slot costs shared memory only,
+   * no descriptor.
    */
   size_t max_members;
 } herdless_options;

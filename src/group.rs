@@ -64,8 +64,8 @@ impl GroupBuilder {
 
     /// How many members may join (default 64, at most [`MAX_MEMBERS_LIMIT`], 4096): set it to
     /// the number of workers you start, or [`Group::join`] fails with [`Error::GroupFull`] for
-    /// the 65th. The emulation keeps one door bell (a pipe) per slot, so each slot costs two
-    /// descriptors in every member process. Example: see [`GroupBuilder`].
+    /// the 65th. A slot costs one cache line of shared memory and no descriptor: a process
+    /// holds descriptors for its own members only. Example: see [`GroupBuilder`].
     pub fn max_members(mut self, n: usize) -> Self {
         self.max_members = n;
         self

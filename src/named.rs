@@ -134,7 +134,7 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
         match settle(req, &file)? {
             Some(shared) => {
                 // Open for as long as the process keeps the file; then the setup is over.
-                lock(&file, libc::F_RDLCK, OPEN_BYTE, 1)
+                lock(&file, libc::F_RDLCK as libc::c_short, OPEN_BYTE, 1)
                     .map_err(|e| Error::io("marking the named group open", e))?;
                 drop(setup);
                 return Ok(Segment { shared, file });
@@ -186,16 +186,19 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
     }
     Err(Error::io(
         "opening the named group",
-        io::Error::new(
-            io::ErrorKind::Other,
-            "it was created and removed 100 times in a row",
-        ),
+        io::Error::other("it was created and removed 100 times in a row"),
     ))
 }
 
 fn shm_open(object: &CString, flags: libc::c_int, mode: u32) -> io::Result<File> {
+    // macOS declares shm_open variadic (the mode goes as an unsigned int); elsewhere it takes a
+    // mode_t.
+    #[cfg(any(target_os = "macos", target_os = "ios"))]
+    let mode = mode as libc::c_uint;
+    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
+    let mode = mode as libc::mode_t;
     // SAFETY: a valid C string; the descriptor returned is new and ours alone.
-    let fd = unsafe { libc::shm_open(object.as_ptr(), flags, mode as libc::mode_t) };
+    let fd = unsafe { libc::shm_open(object.as_ptr(), flags, mode) };
     if fd == -1 {
         return Err(io::Error::last_os_error());
     }
@@ -381,9 +384,9 @@ fn unmap(ptr: *mut u8, capacity: usize) {
 /// Does nobody use the group: no process holds it open, no member's liveness byte is held?
 /// (Asked with the setup lock held, so nobody opens it meanwhile.)
 fn unused(file: &File) -> Result<bool> {
-    let free = |start, len| match lock(file, libc::F_WRLCK, start, len) {
+    let free = |start, len| match lock(file, libc::F_WRLCK as libc::c_short, start, len) {
         Ok(()) => {
-            let _ = lock(file, libc::F_UNLCK, start, len);
+            let _ = lock(file, libc::F_UNLCK as libc::c_short, start, len);
             Ok(true)
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
@@ -439,7 +442,7 @@ struct SetupLock<'a>(&'a File);
 
 impl Drop for SetupLock<'_> {
     fn drop(&mut self) {
-        let _ = lock(self.0, libc::F_UNLCK, SETUP_BYTE, 1);
+        let _ = lock(self.0, libc::F_UNLCK as libc::c_short, SETUP_BYTE, 1);
     }
 }
 
@@ -447,7 +450,7 @@ impl Drop for SetupLock<'_> {
 fn hold_setup<'a>(file: &'a File, name: &str) -> Result<SetupLock<'a>> {
     let started = Instant::now();
     loop {
-        match lock(file, libc::F_WRLCK, SETUP_BYTE, 1) {
+        match lock(file, libc::F_WRLCK as libc::c_short, SETUP_BYTE, 1) {
             Ok(()) => return Ok(SetupLock(file)),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
                 if started.elapsed() > SETUP_PATIENCE {
@@ -465,10 +468,10 @@ fn hold_setup<'a>(file: &'a File, name: &str) -> Result<SetupLock<'a>> {
 }
 
 /// One non-blocking record-lock call on `len` bytes from `start`.
-fn lock(file: &File, kind: libc::c_int, start: libc::off_t, len: libc::off_t) -> io::Result<()> {
+fn lock(file: &File, kind: libc::c_short, start: libc::off_t, len: libc::off_t) -> io::Result<()> {
     // SAFETY: flock is plain data; all-zero is a valid starting value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
+    fl.l_type = kind;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
     fl.l_start = start;
     fl.l_len = len;

@@ -442,7 +442,7 @@ impl SharedState {
         Settings::decode(
             p.backend.load(SeqCst),
             p.rotation.load(SeqCst),
-            self.capacity() as u32,
+            self.capacity(),
         )
         .expect("a group's preamble is checked before the group is used")
     }

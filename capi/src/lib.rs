@@ -76,8 +76,8 @@ pub struct herdless_options {
     /// stream), or after this many events: 1 is strict turns at any cost, 0 never rotates
     /// (raw EPOLLEXCLUSIVE).
     pub rotate_every: u32,
-    /// How many members may join (default 64, at most 4096). The emulation keeps a pipe per
-    /// member slot.
+    /// How many members may join (default 64, at most 4096). A slot costs shared memory only,
+    /// no descriptor.
     pub max_members: usize,
 }
 

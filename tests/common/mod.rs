@@ -180,13 +180,24 @@ impl Turns {
         }
     }
 
+    /// The group of the run: anonymous, or with `HERDLESS_TEST_NAMED_GROUPS` set a named one
+    /// (`.ci/run` runs the turn and fault tests both ways), its name removed at once: the
+    /// processes that have it open keep it, and nothing is left in /dev/shm.
     fn group(&self) -> Group {
-        Group::builder()
+        let builder = Group::builder()
             .backend(self.backend)
             .rotation(self.rotation)
-            .max_members(self.members.max(1))
-            .build()
-            .unwrap()
+            .max_members(self.members.max(1));
+        if std::env::var_os("HERDLESS_TEST_NAMED_GROUPS").is_none() {
+            return builder.build().unwrap();
+        }
+        static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("turns.{}.{run}", std::process::id());
+        let group = builder.name(&name).build().unwrap();
+        Group::remove(&name).unwrap();
+        assert_eq!(group.name(), Some(name.as_str()));
+        group
     }
 
     /// Members are threads, joined and registered in order by the test thread.

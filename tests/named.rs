@@ -63,6 +63,13 @@ fn exec_worker_entry_point() {
         std::process::exit(code);
     }
     let fd = |var: &str| -> RawFd { std::env::var(var).unwrap().parse().unwrap() };
+    if std::env::var("HERDLESS_TEST_ACTION").as_deref() == Ok("pipe") {
+        return read_pipe_worker(
+            &group_name,
+            fd("HERDLESS_TEST_PIPE"),
+            fd("HERDLESS_TEST_READY"),
+        );
+    }
     // SAFETY: the descriptors were left open across exec for this process alone.
     let listener = unsafe {
         use std::os::fd::FromRawFd;
@@ -102,6 +109,104 @@ fn exec_worker_entry_point() {
             Err(e) => panic!("accept: {e}"),
         }
     }
+}
+
+/// An exec'd worker on a shared pipe: reads ids and reports each one (8 bytes, an atomic pipe
+/// write) on the report pipe, until the pipe hangs up.
+fn read_pipe_worker(group_name: &str, data: RawFd, report: RawFd) {
+    let group = Group::open(group_name).expect("opening the group by name");
+    let mut waiter = group.join().unwrap();
+    // SAFETY: the inherited read end is this process's to use for its whole life.
+    let data_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(data) };
+    waiter
+        .add(&data_fd, 0, Interest::READABLE.exclusive())
+        .unwrap();
+    write_all(report, &(gettid() as u64).to_ne_bytes());
+    let mut events = Events::with_capacity(1);
+    loop {
+        waiter.wait(&mut events, None).unwrap();
+        if events.is_empty() {
+            continue;
+        }
+        match read_msg(data) {
+            Some(Some(id)) => {
+                waiter.consumed(0).unwrap();
+                write_all(report, &id.to_ne_bytes());
+            }
+            Some(None) => return,
+            None => waiter.consumed(0).unwrap(),
+        }
+    }
+}
+
+/// Exec'd members on one pipe, two of them killed with SIGKILL while the others read (one
+/// right after it reported a message, so possibly holding the token or an unconsumed claim):
+/// every message is still read exactly once, by the survivors.
+fn exec_d_members_killed_while_others_read(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    const WORKERS: usize = 6;
+    const MESSAGES: u64 = 600;
+    let n = name("killed");
+    let _removed = Removed(n.clone());
+    let _group = Group::builder()
+        .name(&n)
+        .backend(backend)
+        .rotation(Rotation::Every(1))
+        .max_members(WORKERS)
+        .build()
+        .unwrap();
+    let (data_r, data_w) = pipe();
+    let (report_r, report_w) = pipe();
+    // SAFETY: fcntl on our own descriptor: the parent reads it blocking.
+    unsafe { libc::fcntl(report_r.as_raw_fd(), libc::F_SETFL, 0) };
+    let (dfd, rfd) = (data_r.as_raw_fd(), report_w.as_raw_fd());
+    let mut children = Vec::new();
+    for _ in 0..WORKERS {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
+            .env(WORKER, &n)
+            .env("HERDLESS_TEST_ACTION", "pipe")
+            .env("HERDLESS_TEST_PIPE", dfd.to_string())
+            .env("HERDLESS_TEST_READY", rfd.to_string());
+        // SAFETY: the hook only calls fcntl, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                inherit(dfd)?;
+                inherit(rfd)
+            });
+        }
+        children.push(cmd.spawn().unwrap());
+    }
+    drop(report_w);
+    drop(data_r);
+    let mut word = [0u8; 8];
+    for _ in 0..WORKERS {
+        read_exact(report_r.as_raw_fd(), &mut word);
+        let tid = u64::from_ne_bytes(word) as i32;
+        until_asleep(tid as u32, &[tid]);
+    }
+    let mut seen = vec![0u32; MESSAGES as usize];
+    let mut killed = 0;
+    for id in 0..MESSAGES {
+        write_msg(data_w.as_raw_fd(), id);
+        read_exact(report_r.as_raw_fd(), &mut word);
+        seen[u64::from_ne_bytes(word) as usize] += 1;
+        if id == 200 || id == 400 {
+            // The worker that took the previous message, or any other: the first one alive.
+            let victim = &mut children[killed];
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+            killed += 1;
+        }
+    }
+    drop(data_w);
+    for mut c in children.into_iter().skip(killed) {
+        assert!(c.wait().unwrap().success(), "a survivor failed");
+    }
+    assert!(
+        seen.iter().all(|&c| c == 1),
+        "not read exactly once: {seen:?}"
+    );
 }
 
 /// Clears close-on-exec on `fd` (in the child, between fork and exec).
@@ -648,6 +753,7 @@ fn a_big_group_under_a_small_descriptor_limit(backend: Backend) {
 }
 
 every_backend!(
+    exec_d_members_killed_while_others_read,
     a_big_group_under_a_small_descriptor_limit,
     exec_workers_share_a_listener,
     a_creation_race_ends_in_one_group,

@@ -752,7 +752,53 @@ fn a_big_group_under_a_small_descriptor_limit(backend: Backend) {
     assert_eq!(group.stats().len(), processes * THREADS);
 }
 
+/// The descriptors a named group and its member hold are close-on-exec: a program a member
+/// execs inherits none of them (the shared-memory object, the liveness locks' file, the door
+/// bells, the poller).
+fn the_groups_descriptors_are_close_on_exec(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("cloexec");
+    let _removed = Removed(n.clone());
+    let listed = || -> Vec<(RawFd, String)> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let fd: RawFd = e.file_name().to_str()?.parse().ok()?;
+                let target = std::fs::read_link(e.path()).ok()?;
+                Some((fd, target.to_string_lossy().into_owned()))
+            })
+            .collect()
+    };
+    let before = listed();
+    let group = Group::builder().name(&n).backend(backend).build().unwrap();
+    let waiter = group.join().unwrap();
+    let new: Vec<(RawFd, String)> = listed()
+        .into_iter()
+        .filter(|entry| !before.contains(entry) && !entry.1.starts_with("/proc/"))
+        .collect();
+    assert!(
+        new.iter()
+            .any(|(_, t)| t.contains(&format!("herdless.{n}"))),
+        "the shared-memory object is not among the new descriptors: {new:?}"
+    );
+    for (fd, target) in &new {
+        // SAFETY: reads the flags of a descriptor of this process.
+        let flags = unsafe { libc::fcntl(*fd, libc::F_GETFD) };
+        // (A descriptor another test thread opened meanwhile may be gone already.)
+        if flags >= 0 {
+            assert_ne!(
+                flags & libc::FD_CLOEXEC,
+                0,
+                "{fd} ({target}) is inherited across exec"
+            );
+        }
+    }
+    drop((waiter, group));
+}
+
 every_backend!(
+    the_groups_descriptors_are_close_on_exec,
     exec_d_members_killed_while_others_read,
     a_big_group_under_a_small_descriptor_limit,
     exec_workers_share_a_listener,

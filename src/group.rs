@@ -221,7 +221,9 @@ fn named_group(_name: &str, _create: Option<(Settings, Backend, u32)>) -> Result
 }
 
 /// The set of waiters sharing descriptors. Cheap to clone, `Send + Sync`, and valid in a child
-/// after `fork` (build it before spawning threads or forking workers).
+/// after `fork` (build it before spawning threads or forking workers). Workers that are exec'd,
+/// or started on their own, share a *named* group instead: [`GroupBuilder::name`],
+/// [`Group::open`].
 ///
 /// ```
 /// use herdless::{Backend, Group};

@@ -311,7 +311,9 @@ extern "C" {
 int herdless_options_init(struct herdless_options *options);
 
 /**
- * Makes a group. Make it before spawning the threads or forking the processes that join it.
+ * Makes a group. Make it before spawning the threads or forking the processes that join it
+ * (programs that are exec'd, or started on their own, share a named group instead:
+ * herdless_group_open).
  * `options` may be NULL for the defaults (see herdless_options_init).
  *
  * Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `out_group` is NULL;

@@ -250,7 +250,9 @@ pub unsafe extern "C" fn herdless_options_init(options: *mut herdless_options) -
     })
 }
 
-/// Makes a group. Make it before spawning the threads or forking the processes that join it.
+/// Makes a group. Make it before spawning the threads or forking the processes that join it
+/// (programs that are exec'd, or started on their own, share a named group instead:
+/// herdless_group_open).
 /// `options` may be NULL for the defaults (see herdless_options_init).
 ///
 /// Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `out_group` is NULL;

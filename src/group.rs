@@ -236,8 +236,8 @@ fn named_group(_name: &str, _create: Option<(Settings, Backend, u32)>) -> Result
 /// # Ok::<(), herdless::Error>(())
 /// ```
 ///
-/// A whole server, threads and forked workers: `examples/quick_start.rs` (the README's quick
-/// start).
+/// Four threads on one listener: `examples/quick_start.rs` (the README's quick start); threads
+/// and forked workers with a clean stop: `examples/forked_workers.rs`.
 #[derive(Clone)]
 pub struct Group {
     pub(crate) inner: Arc<GroupInner>,
@@ -363,7 +363,7 @@ impl Group {
     /// [`Error::GroupFull`] when every slot is taken; [`Error::Io`] if the poll instance cannot
     /// be made.
     ///
-    /// Example: see [`Group`]; with threads and forked workers, `examples/quick_start.rs`.
+    /// Example: see [`Group`]; with threads and forked workers, `examples/forked_workers.rs`.
     pub fn join(&self) -> Result<Waiter> {
         Waiter::join(self.inner.clone())
     }

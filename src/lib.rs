@@ -30,8 +30,8 @@
 //! descriptor with [`Interest::exclusive`], then loop: [`Waiter::wait`], one accept or read per
 //! event, [`Waiter::consumed`] at once (its docs say exactly when, and what happens without
 //! it), then the work. Stop threads with a [`Notifier`]; forked workers with a pipe's hang-up.
-//! A whole server, threads and forked workers: `examples/quick_start.rs`, the README's quick
-//! start.
+//! Four threads on one listener: `examples/quick_start.rs`, the README's quick start; threads
+//! and forked workers with a clean stop: `examples/forked_workers.rs`.
 //!
 //! # Example
 //!

@@ -36,8 +36,8 @@ enum Engine {
 ///
 /// The loop every member runs: [`wait`](Self::wait), read or accept once per event, then
 /// [`consumed`](Self::consumed) at once, then the work. Shared descriptors must be
-/// non-blocking: a wake-up can find nothing. A whole server, threads and forked workers, with
-/// a clean stop: `examples/quick_start.rs` (the README's quick start).
+/// non-blocking: a wake-up can find nothing. Threads and forked workers, with a clean stop:
+/// `examples/forked_workers.rs`.
 ///
 /// ```
 /// # #[cfg(unix)] {
@@ -270,7 +270,7 @@ impl Waiter {
     /// events. Works on both backends within the waiter's process. To stop workers in other
     /// processes (forked), whose notifiers their parent cannot get, register the read end of a
     /// pipe in every worker (without `exclusive`) and close the write end: the hang-up wakes
-    /// them all, on both backends (`examples/quick_start.rs`). A signal does not end a `wait`.
+    /// them all, on both backends (`examples/forked_workers.rs`). A signal does not end a `wait`.
     ///
     /// ```
     /// use herdless::{Events, Group};

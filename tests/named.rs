@@ -119,7 +119,7 @@ fn read_pipe_worker(group_name: &str, data: RawFd, report: RawFd) {
     // SAFETY: the inherited read end is this process's to use for its whole life.
     let data_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(data) };
     waiter
-        .add(&data_fd, 0, Interest::READABLE.exclusive())
+        .add(data_fd, 0, Interest::READABLE.exclusive())
         .unwrap();
     write_all(report, &(gettid() as u64).to_ne_bytes());
     let mut events = Events::with_capacity(1);

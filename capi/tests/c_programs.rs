@@ -2,7 +2,7 @@
 //! and the libherdless_c.so this `cargo test` just built, then run: the POLLONE four-call
 //! order, revents as poll() gives them and registrations that follow the array, bad input,
 //! seed 003's herd (threads on a pipe, forked processes on a POSIX message
-//! queue), the README's example, and the flag bits against <poll.h>. Each runs on both
+//! queue), the first program of docs/c.md, and the flag bits against <poll.h>. Each runs on both
 //! backends where the backend matters.
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib into
@@ -244,16 +244,16 @@ fn c_herd_processes_on_a_message_queue_emulated() {
 }
 
 #[test]
-fn the_readme_example_compiles_and_runs() {
+fn the_first_c_program_of_the_docs_compiles_and_runs() {
     let Some(exe) = build("example") else { return };
     assert!(run(&exe, &[]).contains("got job"));
     let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/c/example.c"))
         .expect("capi/c/example.c");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/c.md"))
+        .expect("docs/c.md");
     assert!(
-        readme.contains(example.trim()),
-        "README.md's \"From C\" example must be capi/c/example.c, verbatim"
+        docs.contains(example.trim()),
+        "docs/c.md's first program must be capi/c/example.c, verbatim"
     );
 }
 

@@ -245,6 +245,32 @@ pub(crate) fn eperm_reason(fd: RawSource) -> &'static str {
     }
 }
 
+/// An `io::Error` from the caller's own code, so that `?` works both ways in a function that
+/// returns `herdless::Result`; one that carries a `herdless::Error` (made by the conversion
+/// below) gives it back as it was.
+///
+/// ```
+/// use herdless::Error;
+/// fn open_config() -> herdless::Result<String> {
+///     Ok(std::fs::read_to_string("/no/such/herdless/config")?)
+/// }
+/// assert!(matches!(open_config(), Err(Error::Io { .. })));
+/// let round_trip: Error = std::io::Error::from(Error::ZeroCapacity).into();
+/// assert!(matches!(round_trip, Error::ZeroCapacity));
+/// ```
+impl From<io::Error> for Error {
+    fn from(err: io::Error) -> Error {
+        if err.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+            let kind = err.kind();
+            return match err.into_inner().map(|inner| inner.downcast::<Error>()) {
+                Some(Ok(inner)) => *inner,
+                _ => Error::io("an operating-system call", kind.into()),
+            };
+        }
+        Error::io("an operating-system call", err)
+    }
+}
+
 impl From<Error> for io::Error {
     fn from(err: Error) -> io::Error {
         io::Error::new(err.kind(), err)

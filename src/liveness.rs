@@ -28,6 +28,10 @@ pub(crate) struct Liveness {
 
 #[cfg(all(unix, not(loom)))]
 const BUSY: u32 = 1 << 31;
+/// Set in `counted_for` (with the pid) while a thread of that process resets the counts (no
+/// process id reaches bit 31).
+#[cfg(all(unix, not(loom)))]
+const RESETTING: u32 = 1 << 31;
 
 #[cfg(all(unix, not(loom)))]
 impl Liveness {
@@ -99,16 +103,34 @@ impl Liveness {
         Ok(fl)
     }
 
-    /// The hold count of `slot`, reset first in a child made by `fork`.
+    /// The hold count of `slot`, reset first in a child made by `fork` (which inherits the
+    /// counts but not the locks). Two threads of a fresh child may get here at once: one resets
+    /// (it marks `counted_for` with its pid and [`RESETTING`] by compare-and-swap), the other
+    /// waits for it, so no count taken after the reset is lost to it. A mark left by another
+    /// process (a fork in the middle of a reset) is taken over.
     fn count(&self, slot: u32) -> &std::sync::atomic::AtomicU32 {
         use std::sync::atomic::Ordering::SeqCst;
         let me = std::process::id();
-        if self.counted_for.load(SeqCst) != me {
-            // A fresh child (one thread, as after fork): the locks were not inherited.
-            for c in self.holds.iter() {
-                c.store(0, SeqCst);
+        loop {
+            let seen = self.counted_for.load(SeqCst);
+            if seen == me {
+                break;
             }
-            self.counted_for.store(me, SeqCst);
+            if seen == me | RESETTING {
+                std::thread::yield_now(); // another thread of this process is resetting
+                continue;
+            }
+            if self
+                .counted_for
+                .compare_exchange(seen, me | RESETTING, SeqCst, SeqCst)
+                .is_ok()
+            {
+                for c in self.holds.iter() {
+                    c.store(0, SeqCst);
+                }
+                self.counted_for.store(me, SeqCst);
+                break;
+            }
         }
         &self.holds[slot as usize]
     }

@@ -272,15 +272,13 @@ impl Membership {
     }
 }
 
-/// A reap in progress (REAPING, by this process).
+/// A reap in progress (REAPING, by this process, which holds the slot's liveness byte).
 #[must_use = "a reap is finished"]
 #[derive(Debug)]
 pub(crate) struct Reap {
     /// The dead member's slot.
     pub(crate) member: u32,
     life: Life,
-    /// Did this reaper take the slot's liveness byte? (it drops it when done)
-    holds: bool,
 }
 
 /// A claimer that finds the slot's byte still held waits this long for it (invariant 6).
@@ -492,15 +490,18 @@ impl<'a> Members<'a> {
     pub(crate) fn begin_reap(&self, m: u32, seen: Life, me: u32) -> Option<Reap> {
         let reaping = seen.to(state::REAPING, me);
         self.slot(m).life.swap(seen, reaping).ok()?;
-        // Another process that took the reap over in the instant before holds it: then this
-        // reap only repeats what that one does, and its finish fails.
-        let holds = self.live.try_hold(m, me).unwrap_or(false);
+        // The byte is held by another process only if one took the reap over in the instant
+        // between the swap and here (and may have finished it, and a new member may have
+        // joined the slot since): then this reap must do nothing at all, or it would clear the
+        // new occupant's registrations, claims and tokens out.
+        if !self.live.try_hold(m, me).unwrap_or(false) {
+            return None;
+        }
         #[cfg(all(unix, not(loom)))]
         testing::mid_reap();
         Some(Reap {
             member: m,
             life: reaping,
-            holds,
         })
     }
 
@@ -510,9 +511,7 @@ impl<'a> Members<'a> {
             .slot(reap.member)
             .life
             .swap(reap.life, reap.life.to(state::DEAD, 0));
-        if reap.holds {
-            self.live.release(reap.member, reap.life.owner());
-        }
+        self.live.release(reap.member, reap.life.owner());
     }
 }
 
@@ -728,6 +727,43 @@ mod model {
             assert_eq!(w.state(dead.member), state::DEAD, "a stranded reap");
             let again = w.join(JOINER).unwrap();
             assert_eq!(again.member, dead.member);
+        });
+    }
+
+    /// Two processes reap one dead slot and a third joins it as soon as it is free: a reap
+    /// that begins holds the slot's byte, so a late reaper (one whose reap was taken over and
+    /// finished, the slot joined again, before it took the byte) does nothing to the next
+    /// occupant; the slot ends joined by the joiner or reaped.
+    #[test]
+    fn two_reapers_and_a_joiner() {
+        const OTHER_REAPER: u32 = 4;
+        loom::model(|| {
+            let w = World::new(1);
+            let dead = w.join(DEAD_ONE).unwrap();
+            w.live.kill(DEAD_ONE);
+            let late = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let members = w.members();
+                    if let Some(seen) = members.dead(dead.member, REAPER) {
+                        if let Some(reap) = members.begin_reap(dead.member, seen, REAPER) {
+                            assert!(
+                                w.live.is_held_by_other(dead.member, JOINER),
+                                "a reap began without the slot's byte"
+                            );
+                            assert_ne!(w.state(dead.member), state::BUSY, "reaping a member");
+                            members.finish_reap(reap);
+                        }
+                    }
+                })
+            };
+            w.sweep(OTHER_REAPER);
+            let joined = w.join(JOINER);
+            late.join().unwrap();
+            if let Ok(me) = joined {
+                assert_eq!(w.state(me.member), state::BUSY, "the joiner was reaped");
+                assert!(w.members().is_alive(me.member, OTHER_REAPER));
+            }
         });
     }
 

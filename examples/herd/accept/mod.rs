@@ -428,7 +428,11 @@ fn exec_crew(
         }
     }
     drop(ack_w);
-    register_in_order(by_fork, &ack_r).inspect_err(|_| stop_started(&started))
+    let crew = register_in_order(by_fork, &ack_r);
+    if crew.is_err() {
+        stop_started(&started);
+    }
+    crew
 }
 
 /// The exec'd worker: takes its inherited descriptors, opens the named group, runs as a forked

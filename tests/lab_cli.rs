@@ -364,44 +364,40 @@ fn accept_runs_exec_d_workers_on_a_named_group_and_removes_it() {
     assert_eq!(leftover_groups("lab.accept", pid), Vec::<String>::new());
 }
 
+/// `herd pipe` and `herd mq` with exec'd waiters: the pipe inherited, the queue opened by name
+/// by each waiter; every row runs (a row that reads fewer messages than were written fails),
+/// and the row's named group is gone afterwards.
 #[test]
-fn herd_pipe_runs_exec_d_waiters() {
-    let dir = std::env::temp_dir().join(format!("herdless-lab-cli-{}-exec", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut command = Command::new(herd());
-    command
-        .args([
-            "pipe",
-            "--spawn",
-            "exec",
-            "--waiters",
-            "3",
-            "--messages",
-            "300",
-        ])
-        .args([
-            "--modes",
-            "plain,native-rr,emulated-rr",
-            "--rotate-every",
-            "1",
-        ])
-        .arg("--json")
-        .arg(dir.join("rows.json"))
-        .arg("--svg")
-        .arg(dir.join("chart.svg"));
-    let (ok, stdout, _, pid) = run_with_pid(command);
-    assert!(ok, "every row ran");
-    for setup in ["plain (exec)", "native-rr/1 (exec)", "emulated-rr/1 (exec)"] {
-        assert!(
-            stdout.contains(&format!("- pipe {setup} W=3: [")),
-            "{setup}: {stdout}"
-        );
+fn herd_pipe_and_mq_run_exec_d_waiters() {
+    for workload in ["pipe", "mq"] {
+        let dir = std::env::temp_dir().join(format!(
+            "herdless-lab-cli-{}-exec-{workload}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut command = Command::new(herd());
+        command
+            .args([workload, "--spawn", "exec", "--waiters", "3"])
+            .args(["--messages", "300", "--rotate-every", "1"])
+            .args(["--modes", "plain,native-rr,emulated-rr"])
+            .arg("--json")
+            .arg(dir.join("rows.json"))
+            .arg("--svg")
+            .arg(dir.join("chart.svg"));
+        let (ok, stdout, _, pid) = run_with_pid(command);
+        assert!(ok, "{workload}: every row ran");
+        for setup in ["plain (exec)", "native-rr/1 (exec)", "emulated-rr/1 (exec)"] {
+            assert!(
+                stdout.contains(&format!("- {workload} {setup} W=3: [")),
+                "{workload} {setup}: {stdout}"
+            );
+        }
+        let json = std::fs::read_to_string(dir.join("rows.json")).unwrap();
+        assert!(json.contains("\"spawn\": \"exec\""), "{json}");
+        assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let json = std::fs::read_to_string(dir.join("rows.json")).unwrap();
-    assert!(json.contains("\"spawn\": \"exec\""), "{json}");
-    assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -430,3 +430,34 @@ fn the_service_queue_example_serves_every_request_once() {
         );
     }
 }
+
+/// A row whose group was made but which then fails (the queue cannot be made) removes the
+/// group's name all the same.
+#[test]
+fn a_failed_exec_row_removes_its_named_group() {
+    let dir =
+        std::env::temp_dir().join(format!("herdless-lab-cli-{}-exec-fail", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut command = herd_without_message_queues();
+    command
+        .args([
+            "mq",
+            "--spawn",
+            "exec",
+            "--waiters",
+            "2",
+            "--messages",
+            "100",
+        ])
+        .args(["--modes", "native-rr,emulated-rr", "--rotate-every", "1"])
+        .arg("--json")
+        .arg(dir.join("rows.json"))
+        .arg("--svg")
+        .arg(dir.join("chart.svg"));
+    let (ok, _, stderr, pid) = run_with_pid(command);
+    assert!(!ok, "no row ran: the command fails");
+    assert!(stderr.contains("none of the 2 rows ran"), "{stderr}");
+    assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -300,3 +300,164 @@ fn the_forked_workers_example_serves_every_connection() {
         "the forked workers served every connection: {stdout}"
     );
 }
+
+/// Runs `command` to its end; returns (success, stdout, stderr) and the process id it had.
+fn run_with_pid(mut command: Command) -> (bool, String, String, u32) {
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("{stdout}{stderr}");
+    (out.status.success(), stdout, stderr, pid)
+}
+
+/// Named groups the process `pid` left behind in /dev/shm, whose names start with `prefix`.
+fn leftover_groups(prefix: &str, pid: u32) -> Vec<String> {
+    let start = format!("herdless.{prefix}.{pid}");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&start))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `(exec)` row of `setup` in a lab table: its cells.
+fn exec_row<'a>(stdout: &'a str, setup: &str) -> Vec<&'a str> {
+    let start = format!("| {setup} (exec) |");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&start))
+        .unwrap_or_else(|| panic!("a row {start}: {stdout}"));
+    line.split('|').map(str::trim).collect()
+}
+
+#[test]
+fn accept_runs_exec_d_workers_on_a_named_group_and_removes_it() {
+    let mut command = Command::new(herd());
+    command
+        .args(["accept", "--spawn", "fork,exec", "--workers", "3"])
+        .args(["--connections", "30", "--delay-ms", "1"])
+        .args(["--setups", "exclusive,herdless-native,herdless-emulated"]);
+    let (ok, stdout, _, pid) = run_with_pid(command);
+    assert!(ok, "the run succeeds");
+    for setup in ["exclusive", "herdless-native", "herdless-emulated"] {
+        let cells = exec_row(&stdout, setup);
+        // | setup | wake-ups | empty | ... | per worker | top share | max−min | Jain | lost |
+        assert_eq!(cells[cells.len() - 2], "0", "nothing lost: {cells:?}");
+        assert!(cells[7].starts_with('['), "per worker: {cells:?}");
+    }
+    // Turns hold for exec'd workers; the sum is every connection.
+    let per_worker: Vec<u64> = exec_row(&stdout, "herdless-emulated")[7]
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(per_worker.iter().sum::<u64>(), 30, "{per_worker:?}");
+    assert_eq!(leftover_groups("lab.accept", pid), Vec::<String>::new());
+}
+
+/// `herd pipe` and `herd mq` with exec'd waiters: the pipe inherited, the queue opened by name
+/// by each waiter; every row runs (a row that reads fewer messages than were written fails),
+/// and the row's named group is gone afterwards.
+#[test]
+fn herd_pipe_and_mq_run_exec_d_waiters() {
+    for workload in ["pipe", "mq"] {
+        let dir = std::env::temp_dir().join(format!(
+            "herdless-lab-cli-{}-exec-{workload}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut command = Command::new(herd());
+        command
+            .args([workload, "--spawn", "exec", "--waiters", "3"])
+            .args(["--messages", "300", "--rotate-every", "1"])
+            .args(["--modes", "plain,native-rr,emulated-rr"])
+            .arg("--json")
+            .arg(dir.join("rows.json"))
+            .arg("--svg")
+            .arg(dir.join("chart.svg"));
+        let (ok, stdout, _, pid) = run_with_pid(command);
+        assert!(ok, "{workload}: every row ran");
+        for setup in ["plain (exec)", "native-rr/1 (exec)", "emulated-rr/1 (exec)"] {
+            assert!(
+                stdout.contains(&format!("- {workload} {setup} W=3: [")),
+                "{workload} {setup}: {stdout}"
+            );
+        }
+        let json = std::fs::read_to_string(dir.join("rows.json")).unwrap();
+        assert!(json.contains("\"spawn\": \"exec\""), "{json}");
+        assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn the_service_queue_example_serves_every_request_once() {
+    for backend in ["native", "emulated"] {
+        let mut command = Command::new(example("service_queue"));
+        command
+            .args(["--servers", "3", "--requests", "300", "--clients", "2"])
+            .args(["--gap-us", "100", "--work-us", "0", "--backend", backend]);
+        let (ok, stdout, _, pid) = run_with_pid(command);
+        assert!(
+            ok,
+            "{backend}: every request served once, every server reported"
+        );
+        assert!(
+            stdout.contains("lost 0; duplicated 0"),
+            "{backend}: {stdout}"
+        );
+        assert_eq!(
+            stdout
+                .lines()
+                .filter(|l| l.starts_with("| ") && !l.starts_with("| server"))
+                .count(),
+            3,
+            "{backend}: a line per server: {stdout}"
+        );
+        assert_eq!(
+            leftover_groups("example.service", pid),
+            Vec::<String>::new()
+        );
+    }
+}
+
+/// A row whose group was made but which then fails (the queue cannot be made) removes the
+/// group's name all the same.
+#[test]
+fn a_failed_exec_row_removes_its_named_group() {
+    let dir =
+        std::env::temp_dir().join(format!("herdless-lab-cli-{}-exec-fail", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut command = herd_without_message_queues();
+    command
+        .args([
+            "mq",
+            "--spawn",
+            "exec",
+            "--waiters",
+            "2",
+            "--messages",
+            "100",
+        ])
+        .args(["--modes", "native-rr,emulated-rr", "--rotate-every", "1"])
+        .arg("--json")
+        .arg(dir.join("rows.json"))
+        .arg("--svg")
+        .arg(dir.join("chart.svg"));
+    let (ok, _, stderr, pid) = run_with_pid(command);
+    assert!(!ok, "no row ran: the command fails");
+    assert!(stderr.contains("none of the 2 rows ran"), "{stderr}");
+    assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,6 +11,8 @@ mod accept;
 #[cfg(target_os = "linux")]
 mod drain;
 #[cfg(target_os = "linux")]
+mod exec;
+#[cfg(target_os = "linux")]
 mod fairness;
 #[cfg(target_os = "linux")]
 mod herd_bench;
@@ -51,8 +53,8 @@ enum Command {
     Pipe(herd_bench::Args),
     /// POSIX message-queue workload: as `pipe`, on an mq_open queue.
     Mq(herd_bench::Args),
-    /// Accept distribution over W forked workers sharing one listener (the accept-distribution
-    /// experiment).
+    /// Accept distribution over W worker processes (forked, or exec'd: --spawn) sharing one
+    /// listener (the accept-distribution experiment).
     Accept(accept::Args),
     /// Drain throughput of event-loop architectures over loopback (the drain experiment).
     Drain(drain::Args),
@@ -64,6 +66,10 @@ enum Command {
 
 #[cfg(target_os = "linux")]
 fn main() {
+    // An exec'd worker of `--spawn exec` (its spec in the environment), not a command line.
+    if let Some(code) = exec::worker_main() {
+        std::process::exit(code);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         None => herd_bench::default_comparison(cli.wide),

@@ -1,8 +1,9 @@
 //! Socket-lab plumbing shared by `herd accept`, `herd drain` and `herd restart`: listeners
 //! (plain or `SO_REUSEPORT`), a thin raw-epoll handle for the setups that must be exactly the
-//! experiments' system calls, and CPU time from resource usage. (Pipes, shared counters and the
-//! /proc check that a process sleeps in its wait come from `herdless-fixtures`.) Kept raw on purpose: the raw setups are the
-//! baseline herdless is measured against, so nothing of herdless may hide in them.
+//! experiments' system calls. (Pipes, shared counters, the /proc check that a process sleeps in
+//! its wait come from `herdless-fixtures`; resource usage from `exec`.) Kept raw on purpose: the
+//! raw setups are the baseline herdless is measured against, so nothing of herdless may hide in
+//! them.
 
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, TcpListener};
@@ -138,10 +139,4 @@ impl Epoll {
 /// A zeroed epoll event buffer of `n` entries.
 pub fn event_buffer(n: usize) -> Vec<libc::epoll_event> {
     vec![libc::epoll_event { events: 0, u64: 0 }; n]
-}
-
-/// User plus system CPU time of a resource-usage record, in milliseconds.
-pub fn cpu_ms(usage: &libc::rusage) -> f64 {
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    tv(usage.ru_utime) + tv(usage.ru_stime)
 }

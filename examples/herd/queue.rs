@@ -8,13 +8,13 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use herdless_fixtures::{pipe, write_all, Blocking};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The size of one message: a u64 id.
 pub const MESSAGE_BYTES: usize = 8;
 
 /// The shared descriptor the waiters wait on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// A pipe: non-blocking read end shared by the waiters, blocking write end for the producer.
@@ -130,6 +130,12 @@ impl Channel {
         })
     }
 
+    /// The message queue's name (`/herdless-herd-<pid>`), for the mq workload: what an exec'd
+    /// waiter opens.
+    pub fn mq_name(&self) -> Option<&str> {
+        self.mq_name.as_ref().and_then(|n| n.to_str().ok())
+    }
+
     /// The descriptor that becomes readable (hang-up) when the run is over.
     pub fn stop_fd(&self) -> RawFd {
         self.stop_read.as_raw_fd()
@@ -225,6 +231,23 @@ fn open_mq(raise_mq_limit: bool) -> io::Result<(OwnedFd, OwnedFd, CString, i64)>
     // SAFETY: mq_open returned a fresh descriptor.
     let write = unsafe { OwnedFd::from_raw_fd(fd) };
     Ok((read, write, name, depth))
+}
+
+/// Opens an existing queue by name, non-blocking and read-only: an exec'd waiter's side.
+pub fn open_mq_reader(name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: a valid NUL-terminated name; opens an existing queue, no attributes needed.
+    let fd = unsafe {
+        libc::mq_open(
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Creates the queue (non-blocking, for the waiters) at the deepest depth the system accepts.

@@ -1,5 +1,5 @@
 //! `herd accept`: the rig of the accept-distribution experiment ("one worker took 497 of
-//! 500"). W forked workers wait on one shared
+//! 500"). W forked (or, with `--spawn exec`, forked and exec'd) workers wait on one shared
 //! loopback listener, each with its own poll instance, registering in an order the parent
 //! dictates; the parent makes C connections D ms apart and every worker counts its wake-ups,
 //! accepts and empty wake-ups. Each setup is a row: the raw kernel behaviours of that experiment (no
@@ -7,18 +7,25 @@
 //! first registrant takes everything; half migrated; nginx's DEL + ADD every 16;
 //! `SO_REUSEPORT`) next to herdless, native and emulated.
 //! The table shows who got what, because that is what the flag silently gets wrong.
+//!
+//! With `--spawn exec` each worker is the lab binary re-executed (`crate::exec`): the herdless
+//! setups use a named group of the run's own, which the worker opens by name; the listener,
+//! the control and acknowledgement pipes and the counters (a memfd) are inherited descriptors.
+//! Kernel wake-ups and CPU time are counted from the moment each worker is registered, for
+//! forked and exec'd workers alike, so an exec'd worker's start-up is not charged to the run.
 
 mod worker;
 
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use herdless::{Backend, Group};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::exec::{self, Counters, RunGroup, Spawn};
 use crate::fairness::{sketch, Distribution, Spread};
 use crate::net;
 use herdless_fixtures::{self as fixtures, Blocking, SharedCounters};
@@ -35,9 +42,14 @@ const DEFAULT_SETUPS: &str =
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Forked workers sharing the listener.
+    /// Worker processes sharing the listener.
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// How workers start, comma-separated (each setup runs once per value, side by side):
+    /// `fork` (the child runs on; anonymous group), `exec` (fork, then exec of the lab itself;
+    /// the worker opens a named group of the run by name and inherits the listener).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "fork")]
+    spawn: Vec<Spawn>,
     /// Connections per run, made one at a time.
     #[arg(long, default_value_t = 500)]
     connections: usize,
@@ -127,6 +139,7 @@ impl Setup {
 #[derive(Debug, Clone, Serialize)]
 struct RunRow {
     setup: Setup,
+    spawn: Spawn,
     run: usize,
     workers: usize,
     connections: usize,
@@ -143,9 +156,13 @@ struct RunRow {
     accepted: u64,
     /// Connections made but never accepted.
     lost: u64,
-    /// Voluntary context switches of all workers: kernel-level wake-ups, seen or not.
+    /// Voluntary context switches of all workers from the moment each was registered to its
+    /// exit: kernel-level wake-ups, seen or not.
     kernel_wakeups: u64,
-    /// User plus system CPU time of all workers, milliseconds.
+    /// The same over the workers' whole lives (the kernel's figure at reaping): for an exec'd
+    /// worker this includes its start-up.
+    kernel_wakeups_whole_process: u64,
+    /// User plus system CPU time of all workers, from registration to exit, milliseconds.
     worker_cpu_ms: f64,
     /// Accepts of the killed first registrant, if one was killed.
     killed_front_accepts: Option<u64>,
@@ -166,15 +183,25 @@ pub fn run(args: Args) -> Res<()> {
     if args.kill_front_at.is_some() && args.workers < 2 {
         return Err("--kill-front-at needs at least 2 workers".into());
     }
+    if args.spawn.is_empty() {
+        return Err("--spawn: give fork, exec or both".into());
+    }
+    let mut spawns = args.spawn.clone();
+    spawns.dedup();
     print_header(&args);
     let mut rows = Vec::new();
     for &setup in &args.setups {
-        let mut runs = Vec::new();
+        // Runs interleaved (fork, exec, fork, exec, ...), so a noisy moment hits both.
+        let mut runs: Vec<Vec<RunRow>> = vec![Vec::new(); spawns.len()];
         for run in 0..args.runs {
-            runs.push(run_once(&args, setup, run)?);
+            for (i, &spawn) in spawns.iter().enumerate() {
+                runs[i].push(run_once(&args, setup, spawn, run)?);
+            }
         }
-        print_row(&runs);
-        rows.extend(runs);
+        for runs in runs {
+            print_row(&runs);
+            rows.extend(runs);
+        }
     }
     crate::json::write_rows(args.json.as_deref(), &rows)?;
     Ok(())
@@ -191,7 +218,7 @@ fn listeners(setup: Setup, workers: usize) -> Res<Vec<TcpListener>> {
     })
 }
 
-/// The forked workers of one run, by registration rank.
+/// The workers of one run, by registration rank.
 struct Crew {
     pids: Vec<i32>,
     controls: Vec<OwnedFd>,
@@ -205,30 +232,59 @@ fn fork_index(args: &Args, rank: usize) -> usize {
     }
 }
 
-fn run_once(args: &Args, setup: Setup, run: usize) -> Res<RunRow> {
+/// The group of a herdless setup: anonymous for forked workers, named (its name removed when
+/// the run ends) for exec'd ones.
+enum RunsGroup {
+    Anonymous(Group),
+    Named(RunGroup),
+}
+
+impl RunsGroup {
+    fn group(&self) -> &Group {
+        match self {
+            RunsGroup::Anonymous(g) => g,
+            RunsGroup::Named(g) => &g.group,
+        }
+    }
+}
+
+fn run_once(args: &Args, setup: Setup, spawn: Spawn, run: usize) -> Res<RunRow> {
     let listeners = listeners(setup, args.workers)?;
     let addr = net::v4_addr(&listeners[0])?;
     let group = match setup.backend() {
-        Some(backend) => Some(
-            Group::builder()
+        Some(backend) => {
+            let builder = Group::builder()
                 .backend(backend)
                 .rotate_every(1)
-                .max_members(args.workers.max(2))
-                .build()?,
-        ),
+                .max_members(args.workers.max(2));
+            Some(match spawn {
+                Spawn::Fork => RunsGroup::Anonymous(builder.build()?),
+                Spawn::Exec => RunsGroup::Named(RunGroup::build("accept", builder)?),
+            })
+        }
         None => None,
     };
-    let counters = SharedCounters::new(args.workers * COUNTERS)?;
-    let crew = spawn_crew(args, setup, &listeners, group.as_ref(), &counters)?;
+    let counters = Counters::new(args.workers * COUNTERS, spawn)?;
+    let crew = match spawn {
+        Spawn::Fork => spawn_crew(
+            args,
+            setup,
+            &listeners,
+            group.as_ref().map(RunsGroup::group),
+            &counters.counters,
+        )?,
+        Spawn::Exec => exec_crew(args, setup, &listeners, group.as_ref(), &counters)?,
+    };
+    let counters = &counters.counters;
     // The workers hold the listeners now; the parent's copies would keep a dead worker's
     // SO_REUSEPORT queue alive.
     drop(listeners);
     let tasks: Vec<(u32, i32)> = crew.pids.iter().map(|&p| (p as u32, p)).collect();
     fixtures::until_asleep(&tasks, STEP_LIMIT)?;
-    let outcome = connect_all(args, addr, &crew, &counters);
+    let outcome = connect_all(args, addr, &crew, counters);
     let usages = stop_crew(&crew, outcome.as_ref().ok().and_then(|o| o.killed));
     let outcome = outcome?;
-    Ok(row(args, setup, run, &counters, &outcome, &usages?))
+    Ok(row(args, (setup, spawn), run, counters, &outcome, &usages?))
 }
 
 fn spawn_crew(
@@ -278,15 +334,149 @@ fn spawn_crew(
         by_fork.push((rank, pid, control_w));
     }
     drop(ack_w);
+    register_in_order(by_fork, &ack_r)
+}
+
+/// Lets the workers register one at a time in rank order (one registers and acknowledges,
+/// then the next), given (rank, pid, control pipe) in fork order.
+fn register_in_order(mut by_fork: Vec<(usize, i32, OwnedFd)>, ack_r: &OwnedFd) -> Res<Crew> {
     by_fork.sort_by_key(|w| w.0);
     let (pids, controls): (Vec<i32>, Vec<OwnedFd>) =
         by_fork.into_iter().map(|(_, p, c)| (p, c)).unzip();
     for control in &controls {
         // Registration order is exact: one worker registers, acknowledges, then the next.
         fixtures::write_all(control.as_raw_fd(), b"g")?;
-        read_with_limit(&ack_r)?;
+        read_with_limit(ack_r)?;
     }
     Ok(Crew { pids, controls })
+}
+
+/// What an exec'd accept worker is told (`crate::exec`): its rank, the numbers of the
+/// descriptors it inherited, and how to wait.
+#[derive(Serialize, Deserialize)]
+pub struct ExecSpec {
+    rank: usize,
+    workers: usize,
+    listener: RawFd,
+    control: RawFd,
+    ack: RawFd,
+    counters: RawFd,
+    work_ns: u64,
+    /// A raw setup's registration, or the name of the herdless setup's group.
+    raw: Option<RawMode>,
+    group: Option<String>,
+}
+
+/// Starts the workers by fork + exec of the lab, fork order 0..W as `spawn_crew` does.
+fn exec_crew(
+    args: &Args,
+    setup: Setup,
+    listeners: &[TcpListener],
+    group: Option<&RunsGroup>,
+    counters: &Counters,
+) -> Res<Crew> {
+    let (ack_r, ack_w) = fixtures::pipe(Blocking::Both)?;
+    let counters_fd = counters
+        .fd()
+        .ok_or("exec'd workers need file-backed counters")?;
+    let mut by_fork = Vec::new();
+    let mut started: Vec<i32> = Vec::new();
+    let stop_started = |started: &[i32]| {
+        for &pid in started {
+            // SAFETY: signals and reaps our own children.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+    };
+    for fork in 0..args.workers {
+        let rank = (0..args.workers)
+            .find(|&r| fork_index(args, r) == fork)
+            .expect("a permutation");
+        let (control_r, control_w) = fixtures::pipe(Blocking::Both)?;
+        let listener = listeners[rank.min(listeners.len() - 1)].as_raw_fd();
+        let spec = ExecSpec {
+            rank,
+            workers: args.workers,
+            listener,
+            control: control_r.as_raw_fd(),
+            ack: ack_w.as_raw_fd(),
+            counters: counters_fd,
+            work_ns: (args.work_ms * 1e6) as u64,
+            raw: setup.backend().is_none().then(|| setup.raw_mode(rank)),
+            group: match group {
+                Some(RunsGroup::Named(g)) => Some(g.name().to_owned()),
+                _ => None,
+            },
+        };
+        let inherit = [
+            listener,
+            control_r.as_raw_fd(),
+            ack_w.as_raw_fd(),
+            counters_fd,
+        ];
+        match exec::spawn(&exec::Job::Accept(spec), &inherit) {
+            Ok(child) => {
+                started.push(child.id() as i32);
+                by_fork.push((rank, child.id() as i32, control_w));
+            }
+            Err(e) => {
+                stop_started(&started);
+                return Err(format!("starting an exec'd worker: {e}").into());
+            }
+        }
+    }
+    drop(ack_w);
+    let crew = register_in_order(by_fork, &ack_r);
+    if crew.is_err() {
+        stop_started(&started);
+    }
+    crew
+}
+
+/// The exec'd worker: takes its inherited descriptors, opens the named group, runs as a forked
+/// worker would. Returns the exit status.
+pub fn exec_worker(spec: ExecSpec) -> i32 {
+    let rank = spec.rank;
+    match exec_worker_inner(spec) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("worker {rank} (exec'd): {e}");
+            1
+        }
+    }
+}
+
+fn exec_worker_inner(spec: ExecSpec) -> Res<()> {
+    // SAFETY: the parent left these open for this process alone; each is taken once.
+    let (listener, control, ack, counters) = unsafe {
+        (
+            exec::inherited(spec.listener),
+            exec::inherited(spec.control),
+            exec::inherited(spec.ack),
+            exec::inherited_counters(spec.counters, spec.workers * COUNTERS)?,
+        )
+    };
+    let group = match &spec.group {
+        Some(name) => Some(Group::open(name)?),
+        None => None,
+    };
+    let mode = match (&group, spec.raw) {
+        (Some(g), _) => Mode::Herdless(g),
+        (None, Some(raw)) => Mode::Raw(raw),
+        (None, None) => return Err("neither a raw mode nor a group".into()),
+    };
+    let worker = Worker {
+        rank: spec.rank,
+        listener: listener.as_fd(),
+        control,
+        ack: ack.as_raw_fd(),
+        counters: &counters,
+        work: Duration::from_nanos(spec.work_ns),
+        mode,
+    };
+    worker.run()
 }
 
 /// In a child: closes the listeners that are not its own, so that a dead worker's
@@ -439,7 +629,7 @@ fn sum_counter(counters: &SharedCounters, workers: usize, c: Counter) -> u64 {
 
 fn row(
     args: &Args,
-    setup: Setup,
+    (setup, spawn): (Setup, Spawn),
     run: usize,
     counters: &SharedCounters,
     connected: &Connected,
@@ -458,8 +648,22 @@ fn row(
         None => all.clone(),
     };
     let dist = Distribution::of(&per_worker);
+    // From registration on: the kernel's figure at reaping less the worker's at registration.
+    let at_ready =
+        |rank: usize, c: Counter| counters.get(rank * COUNTERS + c as usize).load(SeqCst);
+    let kernel_wakeups = usages
+        .iter()
+        .enumerate()
+        .map(|(rank, u)| (u.ru_nvcsw as u64).saturating_sub(at_ready(rank, Counter::ReadySwitches)))
+        .sum();
+    let cpu_us: u64 = usages
+        .iter()
+        .enumerate()
+        .map(|(rank, u)| exec::cpu_us(u).saturating_sub(at_ready(rank, Counter::ReadyCpuUs)))
+        .sum();
     RunRow {
         setup,
+        spawn,
         run,
         workers: args.workers,
         connections: args.connections,
@@ -471,8 +675,9 @@ fn row(
         per_worker,
         accepted,
         lost: connected.made.saturating_sub(accepted) + (args.connections as u64 - connected.made),
-        kernel_wakeups: usages.iter().map(|u| u.ru_nvcsw as u64).sum(),
-        worker_cpu_ms: usages.iter().map(net::cpu_ms).sum(),
+        kernel_wakeups,
+        kernel_wakeups_whole_process: usages.iter().map(|u| u.ru_nvcsw as u64).sum(),
+        worker_cpu_ms: cpu_us as f64 / 1e3,
         killed_front_accepts: connected.killed.map(|_| all[0]),
         max_share: dist.max_share,
         spread: dist.spread,
@@ -485,10 +690,23 @@ fn print_header(args: &Args) {
         true => "reversed (fork order 0..W, the last-born registers first)",
         false => "= fork order",
     };
+    let spawn: Vec<&str> = args
+        .spawn
+        .iter()
+        .map(|s| match s {
+            Spawn::Fork => "forked",
+            Spawn::Exec => "exec'd",
+        })
+        .collect();
     println!(
-        "herd accept: {} forked workers, {} connections {} ms apart, {} ms work each, \
+        "herd accept: {} {} workers, {} connections {} ms apart, {} ms work each, \
          {} run(s) per setup; registration order {order}",
-        args.workers, args.connections, args.delay_ms, args.work_ms, args.runs
+        args.workers,
+        spawn.join(" or "),
+        args.connections,
+        args.delay_ms,
+        args.work_ms,
+        args.runs
     );
     if let Some(k) = args.kill_front_at {
         println!(
@@ -498,7 +716,8 @@ fn print_header(args: &Args) {
     }
     println!(
         "figures: mean (min–max) over runs; `per worker` in registration order, last run; \
-         kernel wake-ups = voluntary context switches of the workers\n"
+         kernel wake-ups = voluntary context switches of the workers, and CPU time, from \
+         registration to exit (an exec'd worker's start-up not included)\n"
     );
     println!(
         "| setup | wake-ups | empty | wake-ups/conn | kernel wake-ups/conn | worker CPU ms | \
@@ -515,8 +734,12 @@ fn print_row(runs: &[RunRow]) {
         Some(k) => format!(" (killed front: {k})"),
         None => String::new(),
     };
+    let spawn = match last.spawn {
+        Spawn::Fork => "",
+        Spawn::Exec => " (exec)",
+    };
     println!(
-        "| {} | {} | {} | {} | {} | {} | {}{killed} | {} | {} | {} | {} |",
+        "| {}{spawn} | {} | {} | {} | {} | {} | {}{killed} | {} | {} | {} | {} |",
         last.setup.name(),
         whole(of(&|r| r.wakeups as f64)),
         whole(of(&|r| r.empty_wakeups as f64)),

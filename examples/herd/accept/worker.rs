@@ -1,5 +1,8 @@
-//! One forked worker of `herd accept`: registers the shared listener when the parent says so,
-//! then waits, accepts and counts until the parent's stop byte. The raw setups make exactly the
+//! One worker of `herd accept` (forked, or forked and exec'd: `--spawn exec`): registers the
+//! shared listener when the parent says so, then waits, accepts and counts until the parent's
+//! stop byte. Once registered it records its own resource usage (voluntary context switches,
+//! CPU time), so the parent charges the run only what came after: an exec'd worker's start-up
+//! (exec, loading, opening the named group) is not a wake-up of the run. The raw setups make exactly the
 //! experiments' system calls (their own epoll, `EPOLLIN`, with or without `EPOLLEXCLUSIVE`, accept
 //! until `EAGAIN`, nginx's DEL + ADD every 16 accepts); the herdless setups take one connection
 //! per wake-up and call `consumed` right after the accept, before the work, as a server should.
@@ -22,17 +25,21 @@ pub enum Counter {
     Accepts = 1,
     /// Wake-ups whose first accept found nothing (EAGAIN).
     Empty = 2,
+    /// The worker process's voluntary context switches when it was ready (registered).
+    ReadySwitches = 3,
+    /// Its CPU time (user + system, µs) at that moment.
+    ReadyCpuUs = 4,
 }
 
 /// Counters per worker.
-pub const COUNTERS: usize = 3;
+pub const COUNTERS: usize = 5;
 
 /// The epoll data of the listener and of the control pipe (the parent's stop byte).
 const LISTENER: u64 = 0;
 const CONTROL: u64 = 1;
 
 /// How a raw worker registers the listener.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct RawMode {
     pub exclusive: bool,
     /// nginx 1.21.6: delete and re-add the listener every this many accepts.
@@ -66,6 +73,20 @@ impl Worker<'_> {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
+    fn set(&self, c: Counter, value: u64) {
+        self.counters
+            .get(self.rank * COUNTERS + c as usize)
+            .store(value, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Registered: records the usage so far, then acknowledges.
+    fn ready(&self) -> io::Result<()> {
+        let (switches, cpu_us) = crate::exec::self_usage();
+        self.set(Counter::ReadySwitches, switches);
+        self.set(Counter::ReadyCpuUs, cpu_us);
+        fixtures::write_all(self.ack, &[1])
+    }
+
     /// Waits for the go byte, registers, acknowledges, then serves until the stop byte.
     pub fn run(&self) -> Result<(), Box<dyn std::error::Error>> {
         let mut go = [0u8; 1];
@@ -73,7 +94,7 @@ impl Worker<'_> {
         match self.mode {
             Mode::Raw(mode) => {
                 let epoll = self.register_raw(mode)?;
-                fixtures::write_all(self.ack, &[1])?;
+                self.ready()?;
                 self.serve_raw(&epoll, mode)
             }
             Mode::Herdless(group) => {
@@ -81,7 +102,7 @@ impl Worker<'_> {
                 let shared = Interest::READABLE.exclusive().one_event_round_robin();
                 waiter.add(self.listener, LISTENER as usize, shared)?;
                 waiter.add(&self.control, CONTROL as usize, Interest::READABLE)?;
-                fixtures::write_all(self.ack, &[1])?;
+                self.ready()?;
                 self.serve_herdless(&mut waiter)
             }
         }

@@ -14,8 +14,10 @@ mod run;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::exec::Spawn;
 pub use crate::queue::Workload;
 use report::{Outcome, Report};
+pub use run::{exec_worker, ExecSpec};
 use run::{Mode, Refusal, Rotate, RowSpec};
 
 /// Messages per row in the default comparison (per waiter count and mode).
@@ -63,6 +65,12 @@ pub struct Args {
     /// through a pipe) instead of threads.
     #[arg(long)]
     processes: bool,
+    /// Waiters are processes started so, comma-separated, each a line of the table side by
+    /// side (implies --processes): `fork` (what --processes alone does), `exec` (fork, then
+    /// exec of the lab itself: the waiter opens the row's named group, and the message queue,
+    /// by name, and inherits the pipe).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    spawn: Vec<Spawn>,
     /// Repeat every row this many times (interleaved); the table shows mean (min–max).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
@@ -87,8 +95,14 @@ pub struct Args {
 }
 
 /// `herd pipe` / `herd mq`: one workload with the given flags.
-pub fn run(workload: Workload, args: Args) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(workload: Workload, mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let name = format!("herd-{}", workload.name());
+    args.spawn.dedup();
+    if !args.spawn.is_empty() {
+        args.processes = true;
+    } else if args.processes {
+        args.spawn = vec![Spawn::Fork];
+    }
     compare(&[workload], &args, &name)
 }
 
@@ -128,10 +142,11 @@ fn compare(
          follows the previous one in this process",
         specs.len(),
         in_words(&args.waiters),
-        if args.processes {
-            "processes"
-        } else {
-            "threads"
+        match (args.processes, args.spawn.as_slice()) {
+            (false, _) => "threads",
+            (true, [Spawn::Exec]) => "exec'd processes",
+            (true, [Spawn::Fork]) => "forked processes",
+            (true, _) => "forked and exec'd processes",
         },
         args.runs,
         args.time_cap
@@ -239,8 +254,19 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
                     };
                     rotations.into_iter().map(move |r| (mode, r))
                 });
-                for (mode, rotate_every) in setups {
-                    let setup = run::Setup { mode, rotate_every };
+                let spawns: Vec<Spawn> = match args.processes {
+                    true => args.spawn.clone(),
+                    false => vec![Spawn::Fork],
+                };
+                let setups: Vec<_> = setups
+                    .flat_map(|s| spawns.iter().map(move |&spawn| (s, spawn)))
+                    .collect();
+                for ((mode, rotate_every), spawn) in setups {
+                    let setup = run::Setup {
+                        mode,
+                        rotate_every,
+                        spawn: args.processes.then_some(spawn),
+                    };
                     let capped = mode == Mode::Plain && waiters >= HERD_SIZE && args.plain_cap > 0;
                     let messages = if capped {
                         args.messages.min(args.plain_cap)
@@ -267,6 +293,7 @@ fn plan(workloads: &[Workload], args: &Args) -> Vec<(u64, RowSpec)> {
                             messages,
                             work: Duration::from_micros(args.work_us),
                             processes: args.processes,
+                            spawn,
                             time_cap: Duration::from_secs_f64(args.time_cap.max(0.1)),
                             label,
                             raise_mq_limit: args.raise_mq_limit,

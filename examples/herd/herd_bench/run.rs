@@ -3,7 +3,9 @@
 //! This is the experiment of the AIX POLLEXCL request. The producer writes 8-byte ids as fast as it can (it blocks
 //! when the pipe or queue is full); each waiter waits, reads one message per wake-up, tells
 //! herdless it consumed the readiness, and does the optional busy work. Waiters are threads, or
-//! forked processes that report their figures back through a pipe. The clock starts once every
+//! processes that report their figures back through a pipe: forked, or forked and exec'd
+//! (`--spawn exec`: the lab re-executes itself, the waiter opens the row's named group and a
+//! message queue by name, inherits the pipe, the stop, ready and report pipes and the board). The clock starts once every
 //! waiter sleeps in the kernel (checked in /proc) and stops when the last data message is read:
 //! the producer marks that message, and its reader stamps the time on a board in shared memory.
 //!
@@ -15,13 +17,15 @@
 //! its children and exits.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
-use herdless::{Backend, Events, Group, Interest, Rotation, Waiter};
-use serde::Serialize;
+use herdless::{Backend, Events, Group, GroupBuilder, Interest, Rotation, Waiter};
+use serde::{Deserialize, Serialize};
+
+use crate::exec::{self, RunGroup, Spawn};
 
 use crate::queue::{read_one, Channel, Read, Workload};
 use herdless_fixtures::{
@@ -38,7 +42,7 @@ const ASLEEP_TIMEOUT: Duration = Duration::from_secs(30);
 const WATCHDOG_GRACE: Duration = Duration::from_secs(90);
 
 /// How the waiters wait: each mode is one row of the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// The `polling` crate used plainly: one Poller per waiter, level mode, no exclusivity.
@@ -67,19 +71,28 @@ impl Mode {
         matches!(self, Mode::NativeRr | Mode::EmulatedRr)
     }
 
-    /// The group the waiters join (none for `plain`), or why this system cannot run the mode.
-    fn group(self, waiters: usize, rotation: Option<Rotate>) -> Result<Option<Group>, Refusal> {
+    /// The group the waiters join (none for `plain`): anonymous, or for exec'd waiters named
+    /// (its name removed when the row ends); or why this system cannot run the mode.
+    fn group(
+        self,
+        waiters: usize,
+        rotation: Option<Rotate>,
+        spawn: Option<Spawn>,
+    ) -> Result<Option<RowGroup>, Refusal> {
         let (backend, rotation) = match self {
             Mode::Plain => return Ok(None),
             Mode::NativeExclusive => (Backend::Native, Rotation::Every(0)),
             Mode::NativeRr => (Backend::Native, rotation.unwrap_or_default().rotation()),
             Mode::EmulatedRr => (Backend::Emulated, rotation.unwrap_or_default().rotation()),
         };
-        let built = Group::builder()
+        let builder: GroupBuilder = Group::builder()
             .backend(backend)
             .rotation(rotation)
-            .max_members(waiters)
-            .build();
+            .max_members(waiters);
+        let built = match spawn {
+            Some(Spawn::Exec) => RunGroup::build("herd", builder).map(RowGroup::Named),
+            _ => builder.build().map(RowGroup::Anonymous),
+        };
         match built {
             Ok(group) => Ok(Some(group)),
             Err(e @ herdless::Error::BackendUnavailable { .. }) => {
@@ -93,6 +106,21 @@ impl Mode {
         match self {
             Mode::NativeExclusive => Interest::READABLE.exclusive(),
             _ => Interest::READABLE.exclusive().one_event_round_robin(),
+        }
+    }
+}
+
+/// A row's group: anonymous (threads, forked waiters), or named for exec'd waiters.
+enum RowGroup {
+    Anonymous(Group),
+    Named(RunGroup),
+}
+
+impl RowGroup {
+    fn group(&self) -> &Group {
+        match self {
+            RowGroup::Anonymous(g) => g,
+            RowGroup::Named(g) => &g.group,
         }
     }
 }
@@ -154,14 +182,22 @@ pub struct Setup {
     pub mode: Mode,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotate_every: Option<Rotate>,
+    /// How process waiters were started (none for threads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<Spawn>,
 }
 
 impl Setup {
-    /// `native-rr` under the default rotation, `native-rr/1` under `--rotate-every 1`.
+    /// `native-rr` under the default rotation, `native-rr/1` under `--rotate-every 1`;
+    /// `(exec)` after it for exec'd waiters.
     pub fn name(self) -> String {
-        match self.rotate_every {
+        let name = match self.rotate_every {
             None | Some(Rotate::Adaptive) => self.mode.name().to_string(),
             Some(r) => format!("{}/{}", self.mode.name(), r.name()),
+        };
+        match self.spawn {
+            Some(Spawn::Exec) => format!("{name} (exec)"),
+            _ => name,
         }
     }
 }
@@ -198,6 +234,8 @@ pub struct RowSpec {
     pub messages: u64,
     pub work: Duration,
     pub processes: bool,
+    /// How process waiters start (`processes` only).
+    pub spawn: Spawn,
     /// The producer stops early (marking the message it writes as the last) after this long.
     pub time_cap: Duration,
     /// What the progress line calls this row.
@@ -212,6 +250,7 @@ impl RowSpec {
         Setup {
             mode: self.mode,
             rotate_every: self.rotate_every,
+            spawn: self.processes.then_some(self.spawn),
         }
     }
 }
@@ -245,14 +284,16 @@ struct Tally {
 
 /// Runs one row.
 pub fn run_row(spec: &RowSpec) -> Result<Measured, Refusal> {
-    let group = spec.mode.group(spec.waiters, spec.rotate_every)?;
+    let group = spec
+        .mode
+        .group(spec.waiters, spec.rotate_every, spec.setup().spawn)?;
     let channel = Channel::open(spec.workload, spec.raise_mq_limit)?;
     let board = board()?;
     board.store(0, SeqCst);
     if spec.processes {
         run_processes(spec, group.as_ref(), channel)
     } else {
-        run_threads(spec, group.as_ref(), channel)
+        run_threads(spec, group.as_ref().map(RowGroup::group), channel)
     }
 }
 
@@ -315,7 +356,7 @@ const RECORD_BYTES: usize = 32;
 
 fn run_processes(
     spec: &RowSpec,
-    group: Option<&Group>,
+    group: Option<&RowGroup>,
     mut channel: Channel,
 ) -> Result<Measured, Refusal> {
     let (ready_r, ready_w) = pipe(Blocking::Both)?;
@@ -324,26 +365,58 @@ fn run_processes(
     let (fd, stop) = (channel.read.as_raw_fd(), channel.stop_fd());
     let mut pids = Vec::with_capacity(spec.waiters);
     for index in 0..spec.waiters {
+        if spec.spawn == Spawn::Exec {
+            let exec_spec = ExecSpec {
+                index,
+                mode: spec.mode,
+                workload: spec.workload,
+                work_ns: spec.work.as_nanos() as u64,
+                group: group.and_then(|g| g.group().name()).map(str::to_owned),
+                data: (spec.workload == Workload::Pipe).then_some(fd),
+                mq_name: channel.mq_name().map(str::to_owned),
+                stop,
+                ready: ready_w.as_raw_fd(),
+                results: results_w.as_raw_fd(),
+                board: board_file().as_raw_fd(),
+            };
+            let mut inherit = vec![stop, exec_spec.ready, exec_spec.results, exec_spec.board];
+            inherit.extend(exec_spec.data);
+            match exec::spawn(&exec::Job::Herd(exec_spec), &inherit) {
+                Ok(child) => pids.push(child.id() as i32),
+                Err(e) => {
+                    kill_all(&pids);
+                    reap_all(&pids);
+                    return Err(e.into());
+                }
+            }
+            continue;
+        }
         // SAFETY: the parent has no other thread now (waiters of earlier rows were joined); the
         // child uses this crate, raw system calls and _exit only.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             kill_all(&pids);
+            reap_all(&pids);
             return Err(io::Error::last_os_error().into());
         }
         if pid == 0 {
             channel.close_write_end();
+            let group = group.map(RowGroup::group);
             let record = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                child(spec, group, (fd, stop), ready_w.as_raw_fd(), board)
+                child(
+                    spec.mode,
+                    spec.workload,
+                    spec.work,
+                    group,
+                    (fd, stop),
+                    ready_w.as_raw_fd(),
+                    board,
+                )
             }));
-            let (code, fields) = match record {
-                Ok(Ok(t)) => (0, [index as u64, t.messages, t.empty, t.switches]),
-                _ => (1, [u64::MAX, 0, 0, 0]),
-            };
-            let bytes: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
-            let _ = write_all(results_w.as_raw_fd(), &bytes);
+            let failed = !matches!(record, Ok(Ok(_)));
+            report(results_w.as_raw_fd(), index, record);
             // SAFETY: leaves the child at once, without running the parent's destructors.
-            unsafe { libc::_exit(code) };
+            unsafe { libc::_exit(i32::from(failed)) };
         }
         pids.push(pid);
     }
@@ -353,13 +426,91 @@ fn run_processes(
     if outcome.is_err() {
         kill_all(&pids);
     }
-    for &pid in &pids {
+    reap_all(&pids);
+    watchdog.stop();
+    outcome
+}
+
+/// A child's report on the results pipe (index `u64::MAX` if it failed).
+fn report(results: RawFd, index: usize, record: std::thread::Result<Result<Tally, Refusal>>) {
+    let fields = match record {
+        Ok(Ok(t)) => [index as u64, t.messages, t.empty, t.switches],
+        Ok(Err(e)) => {
+            eprintln!("waiter {index}: {e:?}");
+            [u64::MAX, 0, 0, 0]
+        }
+        Err(_) => [u64::MAX, 0, 0, 0],
+    };
+    let bytes: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let _ = write_all(results, &bytes);
+}
+
+fn reap_all(pids: &[i32]) {
+    for &pid in pids {
         let mut status = 0;
         // SAFETY: reaps our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
     }
-    watchdog.stop();
-    outcome
+}
+
+/// What an exec'd waiter is told (`crate::exec`): its index, how to wait, the named group,
+/// and the numbers of the descriptors it inherited (a message queue it opens by name).
+#[derive(Serialize, Deserialize)]
+pub struct ExecSpec {
+    index: usize,
+    mode: Mode,
+    workload: Workload,
+    work_ns: u64,
+    group: Option<String>,
+    /// The pipe's read end (the pipe workload).
+    data: Option<RawFd>,
+    /// The queue's name (the mq workload).
+    mq_name: Option<String>,
+    stop: RawFd,
+    ready: RawFd,
+    results: RawFd,
+    board: RawFd,
+}
+
+/// The exec'd waiter: takes what it inherited, opens the group and the queue by name, runs as
+/// a forked waiter would, reports on the results pipe. Returns the exit status.
+pub fn exec_worker(spec: ExecSpec) -> i32 {
+    // SAFETY: the parent left these open for this process alone; each is taken once.
+    let (stop, ready, results, board_fd) = unsafe {
+        (
+            exec::inherited(spec.stop),
+            exec::inherited(spec.ready),
+            exec::inherited(spec.results),
+            exec::inherited(spec.board),
+        )
+    };
+    let record = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let board = inherited_board(board_fd)?;
+        let data = match (spec.data, &spec.mq_name) {
+            // SAFETY: as above.
+            (Some(fd), _) => unsafe { exec::inherited(fd) },
+            (None, Some(name)) => crate::queue::open_mq_reader(name)?,
+            (None, None) => return Err(Refusal::Failed("no pipe and no queue".into())),
+        };
+        let group = match &spec.group {
+            Some(name) => Some(Group::open(name)?),
+            None => None,
+        };
+        let fds = (data.as_raw_fd(), stop.as_raw_fd());
+        let work = Duration::from_nanos(spec.work_ns);
+        child(
+            spec.mode,
+            spec.workload,
+            work,
+            group.as_ref(),
+            fds,
+            ready.as_raw_fd(),
+            board,
+        )
+    }));
+    let failed = !matches!(record, Ok(Ok(_)));
+    report(results.as_raw_fd(), spec.index, record);
+    i32::from(failed)
 }
 
 /// The parent's half of a process row: start the clock, produce, collect the children's reports.
@@ -395,17 +546,20 @@ fn parent(
     finish(written, totals, board, channel.mq_depth)
 }
 
-/// A forked waiter: joins the group in the child, says it is ready, runs the member loop.
+/// A waiter process (forked, or exec'd): joins the group in the child, says it is ready, runs
+/// the member loop (which counts its switches from there on).
 fn child(
-    spec: &RowSpec,
+    mode: Mode,
+    workload: Workload,
+    work: Duration,
     group: Option<&Group>,
     (fd, stop): (RawFd, RawFd),
     ready_w: RawFd,
-    board: &'static AtomicU64,
+    board: &AtomicU64,
 ) -> Result<Tally, Refusal> {
-    let mut member = Member::new(spec.mode, group, fd, stop)?;
+    let mut member = Member::new(mode, group, fd, stop)?;
     write_all(ready_w, &[1])?;
-    let tally = member_loop(&mut member, fd, spec.workload, spec.work, board)?;
+    let tally = member_loop(&mut member, fd, workload, work, board)?;
     member.leave(fd, stop);
     Ok(tally)
 }
@@ -726,15 +880,31 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The board in shared memory (so forked waiters see it too): 0 while data messages remain,
-/// then the time the last one was read.
+/// The board in shared memory (a memfd, so forked and exec'd waiters see it too): 0 while data
+/// messages remain, then the time the last one was read.
 fn board() -> io::Result<&'static AtomicU64> {
-    static BOARD: OnceLock<&'static SharedCounters> = OnceLock::new();
+    Ok(board_mapping()?.0.get(0))
+}
+
+/// The board's memfd, which exec'd waiters inherit (made by `board`, which runs first).
+fn board_file() -> &'static OwnedFd {
+    &board_mapping().expect("the board was made").1
+}
+
+fn board_mapping() -> io::Result<&'static (SharedCounters, OwnedFd)> {
+    static BOARD: OnceLock<(SharedCounters, OwnedFd)> = OnceLock::new();
     if let Some(board) = BOARD.get() {
-        return Ok(board.get(0));
+        return Ok(board);
     }
-    let fresh = SharedCounters::leaked(1)?;
-    Ok(BOARD.get_or_init(|| fresh).get(0))
+    let file = exec::memfd(1)?;
+    let counters = SharedCounters::in_file(file.as_fd(), 1)?;
+    Ok(BOARD.get_or_init(|| (counters, file)))
+}
+
+/// In an exec'd waiter: the board it inherited, mapped for the life of the process.
+fn inherited_board(file: OwnedFd) -> io::Result<&'static AtomicU64> {
+    let counters = Box::leak(Box::new(SharedCounters::in_file(file.as_fd(), 1)?));
+    Ok(counters.get(0))
 }
 
 fn kill_all(pids: &[i32]) {

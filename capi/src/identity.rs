@@ -19,7 +19,9 @@
 //!   is why sockets and pipes, where the inode is enough, do not get one. Elsewhere (macOS,
 //!   the BSDs) those files are told apart by inode and access mode only.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use std::os::fd::{FromRawFd, OwnedFd};
 
 /// What a number named when it was registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,7 @@ pub(crate) enum Identity {
     /// A socket or anonymous pipe: device, inode, access mode.
     Inode { dev: u64, ino: u64, mode: i32 },
     /// Kept in the waiter's shadow epoll instance (Linux).
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     Shadow,
 }
 
@@ -64,6 +67,13 @@ fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// Device and inode as u64 (their C types differ between systems: the casts are not no-ops
+/// everywhere).
+#[allow(clippy::unnecessary_cast)]
+fn dev_ino(st: &libc::stat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
 fn access_mode(fd: RawFd) -> i32 {
     // SAFETY: F_GETFL only reads the descriptor's flags.
     match unsafe { libc::fcntl(fd, libc::F_GETFL) } {
@@ -77,9 +87,10 @@ impl Tracker {
     /// inspected.
     pub(crate) fn identify(&mut self, fd: RawFd) -> Result<Identity, i32> {
         let st = fstat(fd)?;
+        let (dev, ino) = dev_ino(&st);
         let inode = Identity::Inode {
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
+            dev,
+            ino,
             mode: access_mode(fd),
         };
         if self.unique_inode(&st) {
@@ -103,9 +114,10 @@ impl Tracker {
             Identity::Inode { .. } => match fstat(fd) {
                 Err(_) => Check::Closed,
                 Ok(st) => {
+                    let (dev, ino) = dev_ino(&st);
                     let now = Identity::Inode {
-                        dev: st.st_dev as u64,
-                        ino: st.st_ino as u64,
+                        dev,
+                        ino,
                         mode: access_mode(fd),
                     };
                     if now == was {
@@ -157,7 +169,7 @@ impl Tracker {
     fn unique_inode(&mut self, st: &libc::stat) -> bool {
         match st.st_mode & libc::S_IFMT {
             libc::S_IFSOCK => true,
-            libc::S_IFIFO => Some(st.st_dev as u64) == self.pipe_device(),
+            libc::S_IFIFO => Some(dev_ino(st).0) == self.pipe_device(),
             _ => false,
         }
     }
@@ -177,7 +189,7 @@ impl Tracker {
                 // SAFETY: two descriptors pipe2 just opened, owned here and closed on drop.
                 let (a, _b) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
                 use std::os::fd::AsRawFd;
-                self.pipe_dev = fstat(a.as_raw_fd()).ok().map(|st| st.st_dev as u64);
+                self.pipe_dev = fstat(a.as_raw_fd()).ok().map(|st| dev_ino(&st).0);
             }
         }
         self.pipe_dev

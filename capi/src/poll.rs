@@ -141,7 +141,7 @@ fn within_rlimit(n: usize) -> bool {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return true;
     }
-    limit.rlim_cur == libc::RLIM_INFINITY || n as u64 <= limit.rlim_cur as u64
+    limit.rlim_cur == libc::RLIM_INFINITY || (n as libc::rlim_t) <= limit.rlim_cur
 }
 
 fn poll_locked(
@@ -266,13 +266,16 @@ fn update_and_wait(
             Err(f) => return Err(f),
         }
     }
-    if at_once {
-        return Ok(count(fds));
-    }
+    // Entries answered at once end the call, as in poll(): what else is ready is still
+    // collected, without waiting.
+    let timeout = match at_once {
+        true => Some(std::time::Duration::ZERO),
+        false => timeout_of(timeout_ms),
+    };
     let capacity = wanted.len().max(1);
-    let n = state.wait(capacity, timeout_of(timeout_ms))?;
-    if n == 0 {
-        return Ok(0);
+    let got = state.wait(capacity, timeout)?;
+    if got == 0 {
+        return Ok(count(fds));
     }
     for event in state.user_events() {
         let (fd, readable, writable) = (event.key as RawFd, event.readable, event.writable);

@@ -6,31 +6,34 @@
 //! Two ways, by kind of file:
 //!
 //! - **Sockets and anonymous pipes** (Unix everywhere): a new one always has a new inode, so
-//!   the device, inode and access mode (`fstat` + `F_GETFL`, two system calls) tell them
-//!   apart; the access mode tells a pipe's two ends apart.
+//!   the device and inode (one `fstat`) tell them apart. Not told apart: the two ends of one
+//!   pipe, which share an inode (`dup2` of a pipe's write end over its registered read end;
+//!   `F_GETFL` would tell, at one more system call per descriptor per call: measured in
+//!   docs/c.md, and left out).
 //! - **Everything reopened with the same inode** (POSIX message queues, named FIFOs,
-//!   terminals and devices, eventfds and other anonymous inodes), on Linux: a private *shadow*
-//!   epoll instance of the waiter holds an entry with no events for each such descriptor.
-//!   epoll keys its entries by (open file, number) and drops an entry when the file is gone,
-//!   so `EPOLL_CTL_ADD` of the number answers exactly: `EEXIST` is the same open file, success
-//!   a different one, `EBADF` a closed number. One system call, and no reference held: the
-//!   file closes when the caller closes it. Its cost is a wait-queue entry on the file, whose
-//!   callback (it wakes nobody, events being empty) runs on each of the file's wake-ups: that
-//!   is why sockets and pipes, where the inode is enough, do not get one. Elsewhere (macOS,
-//!   the BSDs) those files are told apart by inode and access mode only.
+//!   terminals and devices, eventfds and other anonymous inodes), on Linux: the tracker keeps
+//!   a duplicate of the descriptor (at a high number, closed on exec) and asks the kernel
+//!   whether the number still names that open file (`kcmp(KCMP_FILE)`, one system call). The
+//!   duplicate holds the file open until the next `herdless_poll` of this waiter sees the
+//!   number closed or reused (or the fd leaves the array, or the waiter leaves): until then a
+//!   FIFO's writers get no EPIPE, a queue closed by the caller stays open. A first design kept
+//!   these files in a private epoll instance instead (no reference held), but each entry sits
+//!   on the file's wait queue: 500 members on one message queue ran 5 to 10 times slower
+//!   (docs/c.md). Where kcmp is refused (a kernel without it), and elsewhere than Linux, these
+//!   files are told apart by device and inode only.
 
 use std::os::fd::RawFd;
 #[cfg(any(target_os = "linux", target_os = "android"))]
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// What a number named when it was registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Identity {
-    /// A socket or anonymous pipe: device, inode, access mode.
-    Inode { dev: u64, ino: u64, mode: i32 },
-    /// Kept in the waiter's shadow epoll instance (Linux).
+    /// A socket or anonymous pipe (elsewhere than Linux: anything): device and inode.
+    Inode { dev: u64, ino: u64 },
+    /// A duplicate of the descriptor is held by the tracker (Linux).
     #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
-    Shadow,
+    Held,
 }
 
 /// What the number names now, compared with what it named.
@@ -44,15 +47,21 @@ pub(crate) enum Check {
     Closed,
 }
 
-/// A waiter's tracker: the shadow epoll instance (made on first need) and what it knows of
-/// pipes.
+/// A waiter's tracker: the duplicates it holds and what it knows of pipes.
 #[derive(Default)]
 pub(crate) struct Tracker {
+    /// Registered number -> a duplicate of the open file it named.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    shadow: Option<OwnedFd>,
+    held: std::collections::HashMap<RawFd, OwnedFd>,
     /// The device of anonymous pipes (pipefs), learnt from a pipe of our own.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pipe_dev: Option<u64>,
+    /// Does the kernel answer kcmp (None: not asked yet)?
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    kcmp_works: Option<bool>,
+    /// This process (set with `kcmp_works`).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pid: libc::pid_t,
 }
 
 fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
@@ -74,36 +83,20 @@ fn dev_ino(st: &libc::stat) -> (u64, u64) {
     (st.st_dev as u64, st.st_ino as u64)
 }
 
-fn access_mode(fd: RawFd) -> i32 {
-    // SAFETY: F_GETFL only reads the descriptor's flags.
-    match unsafe { libc::fcntl(fd, libc::F_GETFL) } {
-        -1 => -1,
-        flags => flags & libc::O_ACCMODE,
-    }
-}
-
 impl Tracker {
     /// Records what `fd` names now; `Err(errno)` if it is not open (EBADF) or cannot be
     /// inspected.
     pub(crate) fn identify(&mut self, fd: RawFd) -> Result<Identity, i32> {
         let st = fstat(fd)?;
         let (dev, ino) = dev_ino(&st);
-        let inode = Identity::Inode {
-            dev,
-            ino,
-            mode: access_mode(fd),
-        };
+        let inode = Identity::Inode { dev, ino };
         if self.unique_inode(&st) {
             return Ok(inode);
         }
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        match self.shadow_add(fd) {
-            // EEXIST: a shadow entry for this open file at this number is there already (a
-            // registration deleted and made again, say): it is what we want.
-            Ok(()) | Err(libc::EEXIST) => return Ok(Identity::Shadow),
-            Err(libc::EBADF) => return Err(libc::EBADF),
-            // epoll refuses it (a nesting limit, a file without poll): the inode it is.
-            Err(_) => {}
+        if let Some(copy) = self.duplicate(fd) {
+            self.held.insert(fd, copy);
+            return Ok(Identity::Held);
         }
         Ok(inode)
     }
@@ -115,12 +108,7 @@ impl Tracker {
                 Err(_) => Check::Closed,
                 Ok(st) => {
                     let (dev, ino) = dev_ino(&st);
-                    let now = Identity::Inode {
-                        dev,
-                        ino,
-                        mode: access_mode(fd),
-                    };
-                    if now == was {
+                    if (Identity::Inode { dev, ino }) == was {
                         Check::Same
                     } else {
                         Check::Changed
@@ -128,37 +116,27 @@ impl Tracker {
                 }
             },
             #[cfg(any(target_os = "linux", target_os = "android"))]
-            Identity::Shadow => match self.shadow_add(fd) {
-                Err(libc::EEXIST) => Check::Same,
-                Err(libc::EBADF) => Check::Closed,
-                // Added: the number names a file the shadow did not know. Taken out again;
-                // `identify` puts it back if it needs it.
-                Ok(()) => {
-                    self.forget(fd, Identity::Shadow);
-                    Check::Changed
+            Identity::Held => {
+                let Some(copy) = self.held.get(&fd) else {
+                    return Check::Changed;
+                };
+                match kcmp_file(self.pid, fd, copy.as_raw_fd()) {
+                    Ok(true) => Check::Same,
+                    Ok(false) => Check::Changed,
+                    Err(libc::EBADF) => Check::Closed,
+                    Err(_) => Check::Changed,
                 }
-                Err(_) => Check::Changed,
-            },
+            }
             #[cfg(not(any(target_os = "linux", target_os = "android")))]
-            Identity::Shadow => Check::Changed,
+            Identity::Held => Check::Changed,
         }
     }
 
-    /// `fd` is no longer watched: its shadow entry goes, if the number still names that file
-    /// (if not, the entry goes with the file).
+    /// `fd` is no longer watched: its duplicate, if any, is closed.
     pub(crate) fn forget(&mut self, fd: RawFd, was: Identity) {
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        if let (Identity::Shadow, Some(shadow)) = (was, &self.shadow) {
-            use std::os::fd::AsRawFd;
-            // SAFETY: our live epoll instance; the event argument may be NULL for DEL.
-            unsafe {
-                libc::epoll_ctl(
-                    shadow.as_raw_fd(),
-                    libc::EPOLL_CTL_DEL,
-                    fd,
-                    std::ptr::null_mut(),
-                )
-            };
+        if was == Identity::Held {
+            self.held.remove(&fd);
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         let _ = (fd, was);
@@ -195,29 +173,43 @@ impl Tracker {
         self.pipe_dev
     }
 
-    /// Adds `fd` to the shadow instance with no events: Ok if it was not there, Err(errno)
-    /// otherwise (EEXIST: this open file is there at this number).
+    /// A duplicate of `fd` at a high number (so that the caller's next open still gets the
+    /// lowest free number, as without herdless), closed on exec; None if kcmp cannot compare
+    /// it, or no number is free.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn shadow_add(&mut self, fd: RawFd) -> Result<(), i32> {
-        use std::os::fd::AsRawFd;
-        if self.shadow.is_none() {
-            // SAFETY: creates a new epoll instance; its descriptor is owned below.
-            let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-            if ep < 0 {
-                return Err(libc::ENOMEM);
+    fn duplicate(&mut self, fd: RawFd) -> Option<OwnedFd> {
+        let mut copy = None;
+        for lowest in [1000, 100, 3] {
+            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor, owned below, or fails.
+            let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) };
+            if d >= 0 {
+                // SAFETY: a descriptor fcntl just opened, owned by nobody else.
+                copy = Some(unsafe { OwnedFd::from_raw_fd(d) });
+                break;
             }
-            // SAFETY: a descriptor epoll_create1 just opened, owned by nobody else.
-            self.shadow = Some(unsafe { OwnedFd::from_raw_fd(ep) });
         }
-        let shadow = self.shadow.as_ref().map_or(-1, |s| s.as_raw_fd());
-        let mut event = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: our live epoll instance and a live event; the kernel checks `fd`.
-        if unsafe { libc::epoll_ctl(shadow, libc::EPOLL_CTL_ADD, fd, &mut event) } == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO))
+        let copy = copy?;
+        if self.kcmp_works.is_none() {
+            // The waiter is used only in the process that joined: its pid, read once.
+            self.pid = std::process::id() as libc::pid_t;
+            self.kcmp_works = Some(kcmp_file(self.pid, fd, copy.as_raw_fd()) == Ok(true));
         }
+        self.kcmp_works.unwrap_or(false).then_some(copy)
+    }
+}
+
+/// Do descriptors `a` and `b` of this process name the same open file? Err(errno) if the
+/// kernel cannot say (EBADF: one is not open).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn kcmp_file(pid: libc::pid_t, a: RawFd, b: RawFd) -> Result<bool, i32> {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp only compares two descriptors of our own process.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a, b) };
+    match r {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)),
     }
 }

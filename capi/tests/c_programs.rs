@@ -405,3 +405,14 @@ fn the_header_is_clean_from_c89_to_c11_and_in_cpp() {
         );
     }
 }
+
+/// The cost program runs (its figures are in docs/c.md; no timing is asserted here).
+#[test]
+fn the_poll_cost_program_runs_on_both_backends() {
+    let Some(exe) = build("poll_cost") else {
+        return;
+    };
+    for backend in ["native", "emulated"] {
+        assert!(run(&exe, &["2000", "-1", backend]).contains("ns/call"));
+    }
+}

@@ -7,6 +7,10 @@
 //! the descriptors herdless handed out. The real `revents` (POLLIN, POLLOUT, POLLHUP, POLLERR…)
 //! come from a zero-timeout `poll()` of those descriptors only: it sleeps in no wait queue, so
 //! it wakes nobody and herds nothing.
+//!
+//! As `poll()` it looks every number up on each call (`crate::identity`: a closed number gets
+//! POLLNVAL, a reused one is registered anew), ends with −1/EINTR when a signal handler ran
+//! (`crate::signals`), and fails with −1 and `errno` (`crate::errors`, `ffi_poll`).
 
 use std::ffi::c_int;
 use std::os::fd::RawFd;

@@ -14,8 +14,9 @@
 //! One error rule for every call (module `errors`): a failing call returns a negative value,
 //! sets `errno` and records a `HERDLESS_E*` code; [`herdless_poll`] returns −1 as `poll(2)`
 //! does, every other call the code itself (all codes are −1000 or below, never −1);
-//! [`herdless_last_error`] and [`herdless_strerror`] give the code and its message. Handles are numbers checked against a registry on every call, so a handle
-//! used after free, freed twice, or used in another process after `fork` is refused with a code;
+//! [`herdless_last_error`] and [`herdless_strerror`] give the code and its message. Handles
+//! are numbers checked against a registry on every call, so a handle used after free, freed
+//! twice, or used in another process after `fork` is refused with a code;
 //! every pointer is checked for NULL; a panic never crosses into C. The library crate
 //! `herdless` stays a plain Rust library: this package is the only one with a `cdylib`.
 

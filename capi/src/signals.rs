@@ -151,8 +151,13 @@ impl SignalWatch {
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
         }
-        let guard = Blocked { old };
         let watch = minus(&all, &old);
+        // A thread that blocks every signal already (a worker of a server whose signals go to
+        // a thread of their own) changed nothing: no second system call to put it back.
+        let guard = Blocked {
+            old,
+            changed: !same(&watch, &empty_set()),
+        };
         if !same(&watch, &self.watched) {
             // SAFETY: our live signalfd and a live set.
             if unsafe { libc::signalfd(self.fd.as_raw_fd(), &watch, 0) } < 0 {
@@ -210,12 +215,16 @@ impl SignalWatch {
 /// runs the handlers of the signals that came meanwhile).
 pub(crate) struct Blocked {
     old: libc::sigset_t,
+    /// Did `block` block anything the thread had not blocked?
+    changed: bool,
 }
 
 impl Drop for Blocked {
     fn drop(&mut self) {
-        // SAFETY: restores the calling thread's own mask from a live set.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+        if self.changed {
+            // SAFETY: restores the calling thread's own mask from a live set.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -246,6 +247,21 @@ int main(int argc, char **argv) {
     check("... and its message names the descriptor",
           strstr(herdless_strerror(HERDLESS_EUNWATCHABLE), "descriptor") != NULL, 1);
     close(file);
+    /* The same for /dev/null and an epoll descriptor, on both backends. */
+    {
+        int devnull = open("/dev/null", O_RDONLY), ep = epoll_create1(0);
+        one.fd = devnull;
+        one.events = (short)(POLLIN | HERDLESS_POLLEXCL);
+        errno = 0;
+        n = herdless_poll(w, &one, 1, 1000);
+        check("/dev/null with HERDLESS_POLLEXCL: -1/EPERM", n == -1 && errno == EPERM, 1);
+        one.fd = ep;
+        errno = 0;
+        n = herdless_poll(w, &one, 1, 1000);
+        check("an epoll descriptor with HERDLESS_POLLEXCL: -1/EPERM", n == -1 && errno == EPERM, 1);
+        close(devnull);
+        close(ep);
+    }
 
     /* ---- signals ---- */
     interrupted("SIGALRM handler, no SA_RESTART", a[0], 0);

@@ -1,6 +1,7 @@
 /* Bad input from C: every case must come back as a code (and a message), never a crash.
  * Prints one line per case; exits 0 if every case got the expected code.
  * Usage: bad_input native|emulated */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -90,6 +91,9 @@ int main(int argc, char **argv) {
     expect("herdless_strerror names the descriptor (Rust's message)",
            strstr(message, "already registered") != NULL, 1);
     expect("herdless_strerror of an unknown code is a string", herdless_strerror(-999) != NULL, 1);
+    EXPECT(herdless_add(waiter, p[0], SIZE_MAX - 2, rx), HERDLESS_EINVAL); /* the C layer's key */
+    expect("no code is -1 (poll's failure value)",
+           HERDLESS_ENULL < -1 && HERDLESS_EINTR < -1 && HERDLESS_EPANIC < -1, 1);
 
     herdless_event events[4];
     EXPECT(herdless_wait(waiter, NULL, 4, 0), HERDLESS_ENULL);
@@ -97,14 +101,19 @@ int main(int argc, char **argv) {
     EXPECT(herdless_wait(waiter, events, 4, 0), 0);
     EXPECT(herdless_delete(waiter, p[0]), HERDLESS_OK);
 
-    EXPECT(herdless_poll(waiter, NULL, 1, 0), HERDLESS_ENULL);
+    /* herdless_poll fails as poll() does: -1, errno, and the code in herdless_last_error. */
+    EXPECT(herdless_poll(waiter, NULL, 1, 0), -1);
+    expect("herdless_poll(NULL, 1): errno EFAULT", errno, EFAULT);
+    EXPECT(herdless_last_error(), HERDLESS_ENULL);
     EXPECT(herdless_poll(waiter, NULL, 0, 0), 0);
     struct pollfd nval = {.fd = closed[0], .events = POLLIN | HERDLESS_POLLEXCL};
     EXPECT(herdless_poll(waiter, &nval, 1, 0), 1);
     expect("a closed descriptor in herdless_poll gets POLLNVAL, as in poll()",
            nval.revents == POLLNVAL, 1);
     struct pollfd pri = {.fd = p[0], .events = POLLPRI | HERDLESS_POLLEXCL};
-    EXPECT(herdless_poll(waiter, &pri, 1, 0), HERDLESS_EINVAL);
+    EXPECT(herdless_poll(waiter, &pri, 1, 0), -1);
+    EXPECT(herdless_last_error(), HERDLESS_EINVAL);
+    expect("POLLPRI with HERDLESS_POLLEXCL: errno EINVAL", errno, EINVAL);
     EXPECT(herdless_poll(waiter, &pri, 0, 0), 0);
 
     struct herdless_member_stats stats[4];
@@ -134,7 +143,8 @@ int main(int argc, char **argv) {
     if (child == 0) {
         int wrong = 0;
         wrong += herdless_add(waiter, p[0], 1, rx) != HERDLESS_EWRONGPROCESS;
-        wrong += herdless_poll(waiter, &pri, 0, 0) != HERDLESS_EWRONGPROCESS;
+        wrong += herdless_poll(waiter, &pri, 0, 0) != -1;
+        wrong += herdless_last_error() != HERDLESS_EWRONGPROCESS;
         wrong += herdless_wait(waiter, events, 4, 0) != HERDLESS_EWRONGPROCESS;
         wrong += herdless_notify(waiter) != HERDLESS_EWRONGPROCESS;
         wrong += herdless_leave(waiter) != HERDLESS_EWRONGPROCESS;
@@ -145,7 +155,7 @@ int main(int argc, char **argv) {
     }
     int status = -1;
     waitpid(child, &status, 0);
-    expect("the parent's waiter in a forked child: EWRONGPROCESS (7 calls)",
+    expect("the parent's waiter in a forked child: EWRONGPROCESS (8 checks)",
            WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
 
     /* Full group. */
@@ -156,6 +166,9 @@ int main(int argc, char **argv) {
     EXPECT(herdless_group_new(&one, &small), HERDLESS_OK);
     EXPECT(herdless_join(small, &first), HERDLESS_OK);
     EXPECT(herdless_join(small, &second), HERDLESS_EFULL);
+    expect("the full group's message names herdless_options.max_members",
+           strstr(herdless_strerror(HERDLESS_EFULL), "herdless_options.max_members") != NULL, 1);
+    expect("errno after HERDLESS_EFULL is ENOSPC", errno, ENOSPC);
     EXPECT(herdless_leave(first), HERDLESS_OK);
     EXPECT(herdless_group_free(small), HERDLESS_OK);
 
@@ -163,7 +176,9 @@ int main(int argc, char **argv) {
     EXPECT(herdless_leave(waiter), HERDLESS_OK);
     EXPECT(herdless_leave(waiter), HERDLESS_EBADHANDLE);
     EXPECT(herdless_add(waiter, p[0], 1, rx), HERDLESS_EBADHANDLE);
-    EXPECT(herdless_poll(waiter, &pri, 0, 0), HERDLESS_EBADHANDLE);
+    EXPECT(herdless_poll(waiter, &pri, 0, 0), -1);
+    EXPECT(herdless_last_error(), HERDLESS_EBADHANDLE);
+    expect("herdless_poll with a freed waiter: errno EBADF", errno, EBADF);
     EXPECT(herdless_group_free(group), HERDLESS_OK);
     EXPECT(herdless_group_free(group), HERDLESS_EBADHANDLE);
     EXPECT(herdless_join(group, &waiter), HERDLESS_EBADHANDLE);

@@ -77,7 +77,9 @@ static void waiter_loop(herdless_waiter w, int index) {
     for (;;) {
         int n = herdless_poll(w, fds, 2, -1);
         if (n < 0) {
-            fprintf(stderr, "herd: waiter %d: herdless_poll: %s\n", index, herdless_strerror(n));
+            if (errno == EINTR) continue; /* a signal handler ran: poll() again */
+            fprintf(stderr, "herd: waiter %d: herdless_poll: %s\n", index,
+                    herdless_strerror(herdless_last_error()));
             board->failed = 1;
             break;
         }

@@ -82,7 +82,10 @@ static int serve(const char *group_name, const char *queue_name, int report, uin
     for (;;) {
         struct pollfd pfd = {.fd = (int)q, .events = POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE};
         int n = herdless_poll(waiter, &pfd, 1, -1);
-        if (n < 0) die("herdless_poll", n);
+        if (n < 0) { /* -1 and errno, as poll(); the detail in herdless_last_error() */
+            if (errno == EINTR) continue;
+            die("herdless_poll", herdless_last_error());
+        }
         if (n == 0 || !(pfd.revents & POLLIN)) continue;
         uint64_t id;
         ssize_t got = mq_receive(q, (char *)&id, sizeof id, NULL);

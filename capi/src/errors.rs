@@ -1,10 +1,14 @@
-//! Error codes of the C ABI, the thread's last error message, and the guard every entry point
-//! runs in.
+//! The C API's one error rule, its codes, the thread's last error, and the guard every entry
+//! point runs in.
 //!
-//! Every call returns a negative `HERDLESS_E*` code on failure; `herdless_strerror(code)` then
-//! gives the message the Rust error carried (kept per thread until the thread's next failing
-//! call). [`ffi`] runs each entry point's body under `catch_unwind`, so a panic never crosses
-//! the boundary: it becomes `HERDLESS_EPANIC` with the panic's message.
+//! **The rule.** A failing call returns a negative value, sets `errno`, and records a
+//! `HERDLESS_E*` code (and the Rust error's message) for this thread: `herdless_last_error()`
+//! gives the code, `herdless_strerror(code)` the message. `herdless_poll` returns −1, as
+//! `poll(2)` does, with `errno` as `poll(2)` sets it for the same input (`EFAULT`, `EINTR`,
+//! `EINVAL`); every other call returns the code itself, and every code is −1000 or below, so it
+//! is never −1 and never a negated `errno`. [`ffi`] runs each entry point's body under
+//! `catch_unwind`, so a panic never crosses the boundary: it becomes `HERDLESS_EPANIC` with the
+//! panic's message.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
@@ -12,51 +16,62 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Success.
 pub const HERDLESS_OK: c_int = 0;
-/// A pointer argument was NULL (or an array pointer was NULL with a non-zero length).
-pub const HERDLESS_ENULL: c_int = -1;
+/// A pointer argument was NULL (or an array pointer was NULL with a non-zero length). errno
+/// EFAULT.
+pub const HERDLESS_ENULL: c_int = -1001;
 /// The handle is not a live group or waiter: never made, already freed (a double free), left,
-/// or a handle of the other kind.
-pub const HERDLESS_EBADHANDLE: c_int = -2;
+/// or a handle of the other kind. errno EBADF.
+pub const HERDLESS_EBADHANDLE: c_int = -1002;
 /// The waiter was joined by another process (it was inherited across fork): join the group
-/// again in this process.
-pub const HERDLESS_EWRONGPROCESS: c_int = -3;
-/// An argument is out of range: options, interest bits, key, capacity, timeout.
-pub const HERDLESS_EINVAL: c_int = -4;
-/// The descriptor is not open (closed, or never opened).
-pub const HERDLESS_EBADF: c_int = -5;
-/// The kernel will not watch this kind of descriptor (a regular file or a directory).
-pub const HERDLESS_EUNWATCHABLE: c_int = -6;
-/// The descriptor is already registered with this waiter (use herdless_modify).
-pub const HERDLESS_EEXIST: c_int = -7;
-/// The descriptor is not registered with this waiter.
-pub const HERDLESS_ENOENT: c_int = -8;
-/// The group is full (max_members), or watches as many exclusive descriptors as it can share.
-pub const HERDLESS_EFULL: c_int = -9;
-/// The backend asked for is not available on this system.
-pub const HERDLESS_EUNAVAILABLE: c_int = -10;
+/// again in this process. errno EBADF.
+pub const HERDLESS_EWRONGPROCESS: c_int = -1003;
+/// An argument is out of range: options, interest bits, key, capacity, timeout, nfds. errno
+/// EINVAL.
+pub const HERDLESS_EINVAL: c_int = -1004;
+/// The descriptor is not open (closed, or never opened). errno EBADF.
+pub const HERDLESS_EBADF: c_int = -1005;
+/// The kernel will not watch this descriptor (a regular file, a directory, /dev/null), or not
+/// exclusively (an epoll descriptor; an eventfd or timerfd under the emulation). errno EPERM.
+pub const HERDLESS_EUNWATCHABLE: c_int = -1006;
+/// The descriptor is already registered with this waiter (use herdless_modify). errno EEXIST.
+pub const HERDLESS_EEXIST: c_int = -1007;
+/// The descriptor is not registered with this waiter. errno ENOENT.
+pub const HERDLESS_ENOENT: c_int = -1008;
+/// The group is full (herdless_options.max_members), or watches as many exclusive descriptors
+/// as it can share. errno ENOSPC.
+pub const HERDLESS_EFULL: c_int = -1009;
+/// The backend asked for is not available on this system. errno ENOSYS.
+pub const HERDLESS_EUNAVAILABLE: c_int = -1010;
 /// Another thread is inside a call on this waiter right now (a waiter is used by one thread at
-/// a time; herdless_notify is the exception).
-pub const HERDLESS_EBUSY: c_int = -11;
-/// The operating system refused something; the message says what and why.
-pub const HERDLESS_EIO: c_int = -12;
-/// An internal error (a bug in herdless) was caught before it could cross into C.
-pub const HERDLESS_EPANIC: c_int = -13;
+/// a time; herdless_notify is the exception). errno EBUSY.
+pub const HERDLESS_EBUSY: c_int = -1011;
+/// The operating system refused something; the message says what and why. errno: the
+/// system's own, else EIO.
+pub const HERDLESS_EIO: c_int = -1012;
+/// An internal error (a bug in herdless) was caught before it could cross into C. errno EIO.
+pub const HERDLESS_EPANIC: c_int = -1013;
+/// A signal handler ran while herdless_wait or herdless_poll was waiting, and nothing was
+/// ready: the wait ended early, as poll(2) ends with EINTR. errno EINTR.
+pub const HERDLESS_EINTR: c_int = -1014;
 /// No group has this name (herdless_group_open without options), or its creator never set it
-/// up.
-pub const HERDLESS_ENOGROUP: c_int = -14;
+/// up. errno ENOENT.
+pub const HERDLESS_ENOGROUP: c_int = -1015;
 /// A named group exists with other settings than the options asked for (the message names the
-/// setting); open it with NULL options to take its settings.
-pub const HERDLESS_ESETTINGS: c_int = -15;
+/// setting); open it with NULL options to take its settings. errno EEXIST.
+pub const HERDLESS_ESETTINGS: c_int = -1016;
 /// The shared memory under a group's name is not a group this herdless can use: made by
-/// another version of herdless, or garbage, or truncated.
-pub const HERDLESS_EBADGROUP: c_int = -16;
-/// The group's permissions shut this user out.
-pub const HERDLESS_EACCES: c_int = -17;
+/// another version of herdless, or garbage, or truncated. errno EPROTO.
+pub const HERDLESS_EBADGROUP: c_int = -1017;
+/// The group's permissions shut this user out. errno EACCES.
+pub const HERDLESS_EACCES: c_int = -1018;
 
-/// A failed call: the code returned to C and the message kept for herdless_strerror.
+/// A failed call: the code recorded for C, the errno set, and the message kept for
+/// herdless_strerror.
 pub(crate) struct Failure {
     pub(crate) code: c_int,
     pub(crate) message: String,
+    /// The system's errno behind an HERDLESS_EIO, when there is one.
+    pub(crate) os_errno: Option<c_int>,
 }
 
 impl Failure {
@@ -64,38 +79,98 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            os_errno: None,
         }
     }
 
     pub(crate) fn null(what: &str) -> Failure {
         Failure::new(HERDLESS_ENULL, format!("{what} is NULL"))
     }
+
+    /// The errno this failure sets: the system's own for an OS error, else the code's.
+    pub(crate) fn errno(&self) -> c_int {
+        self.os_errno.unwrap_or_else(|| errno_of(self.code))
+    }
+}
+
+/// The errno that goes with each code (the table of docs/c.md).
+pub(crate) fn errno_of(code: c_int) -> c_int {
+    match code {
+        HERDLESS_ENULL => libc::EFAULT,
+        HERDLESS_EBADHANDLE | HERDLESS_EWRONGPROCESS | HERDLESS_EBADF => libc::EBADF,
+        HERDLESS_EINVAL => libc::EINVAL,
+        HERDLESS_EUNWATCHABLE => libc::EPERM,
+        HERDLESS_EEXIST => libc::EEXIST,
+        HERDLESS_ENOENT => libc::ENOENT,
+        HERDLESS_EFULL => libc::ENOSPC,
+        HERDLESS_EUNAVAILABLE => libc::ENOSYS,
+        HERDLESS_EBUSY => libc::EBUSY,
+        HERDLESS_EINTR => libc::EINTR,
+        HERDLESS_ENOGROUP => libc::ENOENT,
+        HERDLESS_ESETTINGS => libc::EEXIST,
+        HERDLESS_EBADGROUP => libc::EPROTO,
+        HERDLESS_EACCES => libc::EACCES,
+        _ => libc::EIO,
+    }
 }
 
 impl From<herdless::Error> for Failure {
+    /// The Rust error's code and message, in C's words where the Rust message names Rust API
+    /// (the builder's `max_members`, `modify`, `usize::MAX`, the `Events` buffer).
     fn from(e: herdless::Error) -> Failure {
         use herdless::Error as E;
-        let code = match &e {
-            E::BackendUnavailable { .. } => HERDLESS_EUNAVAILABLE,
-            E::BadDescriptor { .. } => HERDLESS_EBADF,
-            E::UnwatchableDescriptor { .. } => HERDLESS_EUNWATCHABLE,
-            E::AlreadyRegistered { .. } => HERDLESS_EEXIST,
-            E::NotRegistered { .. } => HERDLESS_ENOENT,
-            E::ReservedKey { .. }
-            | E::InvalidInterest { .. }
-            | E::ZeroCapacity
-            | E::InvalidSetting { .. } => HERDLESS_EINVAL,
-            E::GroupFull { .. } | E::TooManySources { .. } => HERDLESS_EFULL,
-            E::ForkedWaiter { .. } => HERDLESS_EWRONGPROCESS,
-            E::GroupNotFound { .. } => HERDLESS_ENOGROUP,
-            E::GroupSettingsDiffer { .. } => HERDLESS_ESETTINGS,
-            E::IncompatibleGroup { .. } | E::CorruptGroup { .. } => HERDLESS_EBADGROUP,
-            E::PermissionDenied { .. } => HERDLESS_EACCES,
-            E::InvalidGroupName { .. } => HERDLESS_EINVAL,
-            E::Unsupported { .. } => HERDLESS_EUNAVAILABLE,
-            _ => HERDLESS_EIO,
+        let (code, message) = match &e {
+            E::BackendUnavailable { .. } => (HERDLESS_EUNAVAILABLE, e.to_string()),
+            E::BadDescriptor { .. } => (HERDLESS_EBADF, e.to_string()),
+            E::UnwatchableDescriptor { .. } => (HERDLESS_EUNWATCHABLE, e.to_string()),
+            E::AlreadyRegistered { fd } => (
+                HERDLESS_EEXIST,
+                format!(
+                    "descriptor {fd} is already registered with this waiter (use herdless_modify)"
+                ),
+            ),
+            E::NotRegistered { .. } => (HERDLESS_ENOENT, e.to_string()),
+            E::ReservedKey { key } => (
+                HERDLESS_EINVAL,
+                format!(
+                    "key {key} is reserved by herdless (keys from UINTPTR_MAX - 2 up are internal)"
+                ),
+            ),
+            E::ZeroCapacity => (
+                HERDLESS_EINVAL,
+                "capacity is 0: the events array cannot receive an event".to_string(),
+            ),
+            E::InvalidInterest { .. } | E::InvalidSetting { .. } => {
+                (HERDLESS_EINVAL, e.to_string())
+            }
+            E::GroupFull { max } => (
+                HERDLESS_EFULL,
+                format!(
+                    "the group is full: it was made for at most {max} members \
+                     (herdless_options.max_members)"
+                ),
+            ),
+            E::TooManySources { .. } => (HERDLESS_EFULL, e.to_string()),
+            E::ForkedWaiter { .. } => (HERDLESS_EWRONGPROCESS, e.to_string()),
+            E::GroupNotFound { .. } => (HERDLESS_ENOGROUP, e.to_string()),
+            E::GroupSettingsDiffer { .. } => (HERDLESS_ESETTINGS, e.to_string()),
+            E::IncompatibleGroup { .. } | E::CorruptGroup { .. } => {
+                (HERDLESS_EBADGROUP, e.to_string())
+            }
+            E::PermissionDenied { .. } => (HERDLESS_EACCES, e.to_string()),
+            E::InvalidGroupName { .. } => (HERDLESS_EINVAL, e.to_string()),
+            E::Unsupported { .. } => (HERDLESS_EUNAVAILABLE, e.to_string()),
+            _ => (HERDLESS_EIO, e.to_string()),
         };
-        Failure::new(code, e.to_string())
+        let os_errno = match &e {
+            E::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        };
+        Failure {
+            code,
+            message,
+            os_errno,
+        }
     }
 }
 
@@ -104,33 +179,78 @@ thread_local! {
     static LAST: RefCell<(c_int, CString)> = RefCell::new((HERDLESS_OK, CString::default()));
 }
 
+/// Sets the calling thread's errno.
+fn set_errno(value: c_int) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: __errno_location returns the calling thread's errno, always valid.
+    unsafe {
+        *libc::__errno_location() = value;
+    }
+    #[cfg(any(
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "dragonfly"
+    ))]
+    // SAFETY: __error returns the calling thread's errno, always valid.
+    unsafe {
+        *libc::__error() = value;
+    }
+    #[cfg(not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "dragonfly"
+    )))]
+    let _ = value; // elsewhere (Windows): herdless_last_error only
+}
+
+/// Records a failure for this thread (code, message) and sets errno; returns the code.
 fn remember(failure: Failure) -> c_int {
+    let errno = failure.errno();
     // A message with a NUL inside is cut there rather than lost.
     let bytes: Vec<u8> = failure.message.into_bytes();
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     let message = CString::new(&bytes[..end]).unwrap_or_default();
     let _ = LAST.try_with(|last| *last.borrow_mut() = (failure.code, message));
+    // Last: nothing above may change errno after it is set.
+    set_errno(errno);
     failure.code
 }
 
-/// Runs one entry point's body: its value on success, its code (and message kept) on failure,
-/// `HERDLESS_EPANIC` if it panicked.
-pub(crate) fn ffi(body: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+/// Runs `body`, turning a panic into a failure.
+fn guarded(body: impl FnOnce() -> Result<c_int, Failure>) -> Result<c_int, Failure> {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => value,
-        Ok(Err(failure)) => remember(failure),
+        Ok(result) => result,
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            remember(Failure::new(
+            Err(Failure::new(
                 HERDLESS_EPANIC,
                 format!("internal error in herdless (please report it): {what}"),
             ))
         }
     }
+}
+
+/// Runs one entry point's body: its value on success; on failure its code (the rule: errno
+/// set, code and message recorded); `HERDLESS_EPANIC` if it panicked.
+pub(crate) fn ffi(body: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+    guarded(body).unwrap_or_else(remember)
+}
+
+/// As [`ffi`], for the `poll(2)`-shaped call: −1 on failure (errno set, code recorded).
+#[cfg(unix)]
+pub(crate) fn ffi_poll(body: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+    guarded(body).unwrap_or_else(|failure| {
+        remember(failure);
+        -1
+    })
 }
 
 /// The fixed description of a code, NUL-terminated.
@@ -144,7 +264,7 @@ fn describe(code: c_int) -> &'static [u8] {
         HERDLESS_EWRONGPROCESS => b"the waiter was joined by another process\0",
         HERDLESS_EINVAL => b"invalid argument\0",
         HERDLESS_EBADF => b"descriptor is not open\0",
-        HERDLESS_EUNWATCHABLE => b"descriptor cannot be watched\0",
+        HERDLESS_EUNWATCHABLE => b"descriptor cannot be watched (or not exclusively)\0",
         HERDLESS_EEXIST => b"descriptor already registered with this waiter\0",
         HERDLESS_ENOENT => b"descriptor not registered with this waiter\0",
         HERDLESS_EFULL => b"the group is full\0",
@@ -152,6 +272,7 @@ fn describe(code: c_int) -> &'static [u8] {
         HERDLESS_EBUSY => b"another thread is using this waiter\0",
         HERDLESS_EIO => b"operating-system error\0",
         HERDLESS_EPANIC => b"internal error in herdless\0",
+        HERDLESS_EINTR => b"interrupted by a signal handler\0",
         HERDLESS_ENOGROUP => b"no group of that name\0",
         HERDLESS_ESETTINGS => b"the named group has other settings\0",
         HERDLESS_EBADGROUP => b"not a group this herdless can use\0",
@@ -160,8 +281,17 @@ fn describe(code: c_int) -> &'static [u8] {
     }
 }
 
+/// The HERDLESS_E* code of this thread's last failing herdless call (HERDLESS_OK if none has
+/// failed). The detail behind herdless_poll's -1: herdless_strerror(herdless_last_error())
+/// gives its message. Calls that succeed leave it alone, as errno.
+#[no_mangle]
+pub extern "C" fn herdless_last_error() -> c_int {
+    catch_unwind(|| LAST.try_with(|last| last.borrow().0).unwrap_or(HERDLESS_OK))
+        .unwrap_or(HERDLESS_OK)
+}
+
 /// The message of `code`: if it is the code of this thread's last failing call, the message of
-/// that error as the Rust library wrote it (naming the descriptor, the limit, the process…),
+/// that error as the library wrote it (naming the descriptor, the limit, the process...),
 /// otherwise a fixed description of the code. The string belongs to herdless; it stays valid
 /// until this thread's next failing herdless call.
 #[no_mangle]
@@ -212,5 +342,52 @@ mod tests {
         assert_eq!(message(HERDLESS_EBADF), "descriptor is not open");
         assert_eq!(message(-999), "unknown herdless error code");
         assert_eq!(ffi(|| Ok(7)), 7, "success passes the value through");
+        assert_eq!(herdless_last_error(), HERDLESS_ENOENT);
+    }
+
+    #[test]
+    fn every_code_is_below_minus_1000_and_sets_its_errno() {
+        let codes = [
+            HERDLESS_ENULL,
+            HERDLESS_EBADHANDLE,
+            HERDLESS_EWRONGPROCESS,
+            HERDLESS_EINVAL,
+            HERDLESS_EBADF,
+            HERDLESS_EUNWATCHABLE,
+            HERDLESS_EEXIST,
+            HERDLESS_ENOENT,
+            HERDLESS_EFULL,
+            HERDLESS_EUNAVAILABLE,
+            HERDLESS_EBUSY,
+            HERDLESS_EIO,
+            HERDLESS_EPANIC,
+            HERDLESS_EINTR,
+            HERDLESS_ENOGROUP,
+            HERDLESS_ESETTINGS,
+            HERDLESS_EBADGROUP,
+            HERDLESS_EACCES,
+        ];
+        for code in codes {
+            assert!(code <= -1000, "{code}");
+            assert_ne!(describe(code), describe(-999), "{code} has its own text");
+            let got = ffi(|| Err(Failure::new(code, "x")));
+            assert_eq!(got, code);
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(errno_of(code))
+            );
+        }
+    }
+
+    #[test]
+    fn the_full_group_message_names_the_c_option() {
+        let f = Failure::from(herdless::Error::GroupFull { max: 3 });
+        assert_eq!(f.code, HERDLESS_EFULL);
+        assert!(
+            f.message.contains("herdless_options.max_members"),
+            "{}",
+            f.message
+        );
+        assert!(!f.message.contains("GroupBuilder"), "{}", f.message);
     }
 }

@@ -11,9 +11,12 @@
 //! - [`herdless_poll`], a `poll()`-shaped call honouring [`HERDLESS_POLLEXCL`] and
 //!   [`HERDLESS_POLLONE`] in `events`, for code that wants to change one line.
 //!
-//! Errors are negative codes (`HERDLESS_E*`), with [`herdless_strerror`] giving the Rust
-//! error's message. Handles are numbers checked against a registry on every call, so a handle
-//! used after free, freed twice, or used in another process after `fork` is refused with a code;
+//! One error rule for every call (module `errors`): a failing call returns a negative value,
+//! sets `errno` and records a `HERDLESS_E*` code; [`herdless_poll`] returns −1 as `poll(2)`
+//! does, every other call the code itself (all codes are −1000 or below, never −1);
+//! [`herdless_last_error`] and [`herdless_strerror`] give the code and its message. Handles
+//! are numbers checked against a registry on every call, so a handle used after free, freed
+//! twice, or used in another process after `fork` is refused with a code;
 //! every pointer is checked for NULL; a panic never crosses into C. The library crate
 //! `herdless` stays a plain Rust library: this package is the only one with a `cdylib`.
 
@@ -23,8 +26,12 @@
 
 mod errors;
 #[cfg(unix)]
+mod identity;
+#[cfg(unix)]
 mod poll;
 mod registry;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod signals;
 
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
@@ -32,6 +39,10 @@ use std::time::Duration;
 pub use errors::*;
 #[cfg(unix)]
 pub use poll::{herdless_poll, HERDLESS_POLLEXCL, HERDLESS_POLLONE};
+
+// The C ABI's own signal key and herdless's reserved keys must not meet.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const _: () = assert!(signals::SIGNAL_KEY == FIRST_RESERVED_C_KEY);
 
 use herdless::{Backend, Group, Interest, Rotation};
 
@@ -161,6 +172,17 @@ unsafe fn out<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T, Failure> {
 /// A C timeout in milliseconds: negative waits for ever.
 pub(crate) fn timeout_of(timeout_ms: c_int) -> Option<Duration> {
     u64::try_from(timeout_ms).ok().map(Duration::from_millis)
+}
+
+/// Keys from here up are reserved: `usize::MAX - 2` by the C layer (its signal watch), the
+/// rest by herdless.
+const FIRST_RESERVED_C_KEY: usize = usize::MAX - 2;
+
+fn check_key(key: usize) -> Result<(), Failure> {
+    if key >= FIRST_RESERVED_C_KEY {
+        return Err(herdless::Error::ReservedKey { key }.into());
+    }
+    Ok(())
 }
 
 /// Interest bits → Interest.
@@ -463,7 +485,7 @@ pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
 
 /// Registers `fd` under `key` for `interest` (HERDLESS_READABLE / HERDLESS_WRITABLE /
 /// HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). Keep `fd` open until
-/// it is deleted. Keys from UINTPTR_MAX - 1 up are reserved.
+/// it is deleted. Keys from UINTPTR_MAX - 2 up are reserved.
 ///
 /// Returns HERDLESS_OK; HERDLESS_EBADF (closed), HERDLESS_EUNWATCHABLE (a regular file),
 /// HERDLESS_EEXIST, HERDLESS_EINVAL, HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS,
@@ -477,6 +499,7 @@ pub extern "C" fn herdless_add(
 ) -> c_int {
     ffi(|| {
         let interest = interest_of(interest)?;
+        check_key(key)?;
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
         with_source(fd, |s| state.waiter.add(s, key, interest))?;
@@ -497,14 +520,19 @@ pub extern "C" fn herdless_modify(
 ) -> c_int {
     ffi(|| {
         let interest = interest_of(interest)?;
+        check_key(key)?;
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
         with_source(fd, |s| state.waiter.modify(s, key, interest))?;
+        // Changed by hand: herdless_poll no longer owns what it registered.
+        #[cfg(unix)]
+        state.forget_polled(fd);
         Ok(HERDLESS_OK)
     })
 }
 
-/// Stops watching `fd`.
+/// Stops watching `fd` (also one herdless_poll registered: the next herdless_poll that lists it
+/// registers it again).
 ///
 /// Returns HERDLESS_OK, HERDLESS_ENOENT for an fd never added, or a handle error.
 #[no_mangle]
@@ -512,20 +540,23 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
     ffi(|| {
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
+        #[cfg(unix)]
+        state.forget_polled(fd);
         with_source(fd, |s| state.waiter.delete(s))?;
         Ok(HERDLESS_OK)
     })
 }
 
 /// Waits for events and writes at most `capacity` of them to `events` (at most 1024 per call,
-/// and one if any registration asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for ever. An interrupting signal does
-/// not end the wait.
+/// and one if any registration asked for HERDLESS_ONE_EVENT). `timeout_ms` < 0 waits for
+/// ever. A signal handler that runs while it waits ends it with HERDLESS_EINTR, as
+/// epoll_wait() ends with EINTR (on Linux; see herdless_poll).
 ///
 /// Coming back to herdless_wait says that the events of the previous call were consumed (see
 /// herdless_consumed).
 ///
 /// Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
-/// is NULL; HERDLESS_EINVAL if `capacity` is 0; a handle error; HERDLESS_EIO.
+/// is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error; HERDLESS_EIO.
 ///
 /// # Safety
 ///
@@ -553,7 +584,7 @@ pub unsafe extern "C" fn herdless_wait(
         // SAFETY: the caller gave `capacity` writable herdless_event slots at `events` (checked
         // non-NULL above); at most `capacity` are written.
         let out = unsafe { std::slice::from_raw_parts_mut(events, capacity) };
-        for (slot, event) in out.iter_mut().zip(state.events.iter()) {
+        for (slot, event) in out.iter_mut().zip(state.user_events()) {
             *slot = herdless_event {
                 key: event.key,
                 events: if event.readable { HERDLESS_READABLE } else { 0 }

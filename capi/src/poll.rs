@@ -7,14 +7,19 @@
 //! the descriptors herdless handed out. The real `revents` (POLLIN, POLLOUT, POLLHUP, POLLERR…)
 //! come from a zero-timeout `poll()` of those descriptors only: it sleeps in no wait queue, so
 //! it wakes nobody and herds nothing.
+//!
+//! As `poll()` it looks every number up on each call (`crate::identity`: a closed number gets
+//! POLLNVAL, a reused one is registered anew), ends with −1/EINTR when a signal handler ran
+//! (`crate::signals`), and fails with −1 and `errno` (`crate::errors`, `ffi_poll`).
 
 use std::ffi::c_int;
 use std::os::fd::RawFd;
 
 use herdless::Interest;
 
-use crate::errors::{ffi, Failure, HERDLESS_EINVAL, HERDLESS_ENULL};
-use crate::registry::{self, WaiterState};
+use crate::errors::{ffi_poll, Failure, HERDLESS_EINVAL, HERDLESS_ENULL};
+use crate::identity::Check;
+use crate::registry::{self, Polled, WaiterState};
 use crate::{herdless_waiter, timeout_of};
 
 /// `events` bit for herdless_poll: an event on this descriptor wakes exactly one of the
@@ -61,28 +66,35 @@ fn interest_of(events: i16) -> Option<Interest> {
 /// and HERDLESS_POLLONE in each entry's `events`.
 ///
 /// - Registration follows the array: a descriptor that appears is added, one whose `events`
-///   changed is modified, one that is gone (or whose `fd` is negative) is deleted. Delete it
-///   from the array for one call (or call herdless_delete) before closing it and reusing its
-///   number. A descriptor may appear more than once; its interests are merged. An entry
-///   asking for none of POLLIN, POLLRDNORM, POLLOUT, POLLWRNORM, POLLPRI is not watched.
+///   changed is modified, one that is gone (or whose `fd` is negative) is deleted. A
+///   descriptor may appear more than once; its interests are merged. An entry asking for none
+///   of POLLIN, POLLRDNORM, POLLOUT, POLLWRNORM, POLLPRI is not watched.
+/// - Every call checks which open file each number names, as poll() looks each number up: a
+///   number closed and reused (a new pipe, mq_close then mq_open, a dup2 over it) is watched
+///   anew; a closed one gets POLLNVAL at once (and is forgotten); after herdless_delete the
+///   next call registers the descriptor again.
 /// - `revents` is filled as poll() fills it, for the descriptors herdless handed out: what was
 ///   asked for among POLLIN, POLLRDNORM, POLLOUT, POLLWRNORM, POLLPRI, plus POLLHUP, POLLERR.
-///   A closed descriptor in the array gets POLLNVAL at once, a regular file (always ready)
-///   gets its POLLIN / POLLOUT at once, as poll() does.
+///   A regular file or another descriptor the kernel cannot watch, asked for without
+///   HERDLESS_POLLEXCL, gets at once what poll() says of it (always ready).
 /// - With HERDLESS_POLLEXCL, one event wakes one waiter of the group; with HERDLESS_POLLONE,
 ///   one call returns at most one ready descriptor, served in turn: with fds 1, 2, 3 all
 ///   readable, four calls return fd1, fd2, fd3, fd1.
 /// - Consumed: the next herdless_poll call says that the events of this one were consumed;
 ///   call herdless_consumed(waiter, fd) right after the read to say it earlier (recommended:
 ///   the next message can then go to another waiter while this one works).
+/// - Signals: a handler that runs while the call waits ends it with -1 and errno EINTR, as
+///   poll() (on Linux; see docs/c.md for how and what it costs). herdless_notify ends it
+///   with 0.
 ///
-/// Differences from poll(): a signal does not interrupt the wait (no EINTR); herdless_notify
-/// ends it with 0; do not register the same descriptor with herdless_add as well.
-///
-/// Returns the number of entries with non-zero `revents` (0 on timeout or notification), or a
-/// negative code: HERDLESS_ENULL if `fds` is NULL with `nfds` > 0; HERDLESS_EINVAL if an
-/// interest is refused (POLLPRI with HERDLESS_POLLEXCL); HERDLESS_EEXIST if a descriptor was
-/// also added with herdless_add; a handle error; HERDLESS_EIO.
+/// Returns the number of entries with non-zero `revents` (0 on timeout or notification), or
+/// -1 with errno set, as poll() does: EFAULT if `fds` is NULL with `nfds` > 0; EINVAL if `nfds`
+/// exceeds RLIMIT_NOFILE; EINTR (above). Besides poll()'s: EPERM if a descriptor asked for
+/// with HERDLESS_POLLEXCL cannot be watched exclusively (a regular file, an epoll descriptor;
+/// never answered as always ready, which would make the caller spin); EINVAL if an interest is
+/// refused (POLLPRI with HERDLESS_POLLEXCL); EEXIST if a descriptor was also added with
+/// herdless_add; EBADF for a bad waiter handle; EBUSY; EIO. herdless_last_error() gives the
+/// HERDLESS_E* code of the failure and herdless_strerror() its message.
 ///
 /// # Safety
 ///
@@ -94,14 +106,19 @@ pub unsafe extern "C" fn herdless_poll(
     nfds: libc::nfds_t,
     timeout_ms: c_int,
 ) -> c_int {
-    ffi(|| {
+    ffi_poll(|| {
         if fds.is_null() && nfds > 0 {
             return Err(Failure::new(HERDLESS_ENULL, "fds is NULL with nfds > 0"));
         }
         let n = usize::try_from(nfds)
             .ok()
-            .filter(|&n| n <= c_int::MAX as usize)
-            .ok_or_else(|| Failure::new(HERDLESS_EINVAL, format!("nfds {nfds} is too large")))?;
+            .filter(|&n| n <= c_int::MAX as usize && within_rlimit(n))
+            .ok_or_else(|| {
+                Failure::new(
+                    HERDLESS_EINVAL,
+                    format!("nfds {nfds} exceeds RLIMIT_NOFILE, as poll() refuses it"),
+                )
+            })?;
         let fds: &mut [libc::pollfd] = if n == 0 {
             &mut []
         } else {
@@ -112,6 +129,23 @@ pub unsafe extern "C" fn herdless_poll(
         let mut state = registry::lock(&entry)?;
         poll_locked(&mut state, fds, timeout_ms)
     })
+}
+
+/// poll()'s own limit on `nfds`: RLIMIT_NOFILE (asked only for arrays longer than 256, which
+/// no limit is below in practice).
+fn within_rlimit(n: usize) -> bool {
+    if n <= 256 {
+        return true;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: fills a live struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return true;
+    }
+    limit.rlim_cur == libc::RLIM_INFINITY || (n as libc::rlim_t) <= limit.rlim_cur
 }
 
 fn poll_locked(
@@ -142,6 +176,17 @@ fn poll_locked(
     result
 }
 
+/// Deletes `fd`'s registration and forgets it. Errors about a descriptor that is gone or was
+/// never there are no errors here: the registration is what goes.
+fn unregister(state: &mut WaiterState, fd: RawFd) -> Result<(), Failure> {
+    state.forget_polled(fd);
+    match crate::with_source(fd, |s| state.waiter.delete(s)) {
+        Ok(()) => Ok(()),
+        Err(f) if f.code == crate::HERDLESS_ENOENT || f.code == crate::HERDLESS_EBADF => Ok(()),
+        Err(f) => Err(f),
+    }
+}
+
 fn update_and_wait(
     state: &mut WaiterState,
     wanted: &std::collections::HashMap<RawFd, i16>,
@@ -149,7 +194,7 @@ fn update_and_wait(
     fds: &mut [libc::pollfd],
     timeout_ms: c_int,
 ) -> Result<c_int, Failure> {
-    // Gone from the array: delete. A descriptor closed meanwhile was forgotten by the kernel.
+    // Gone from the array: delete.
     let gone: Vec<RawFd> = state
         .polled
         .keys()
@@ -157,71 +202,113 @@ fn update_and_wait(
         .copied()
         .collect();
     for fd in gone {
-        state.polled.remove(&fd);
-        match crate::with_source(fd, |s| state.waiter.delete(s)) {
-            Ok(()) => {}
-            Err(f) if f.code == crate::HERDLESS_ENOENT || f.code == crate::HERDLESS_EBADF => {}
-            Err(f) => return Err(f),
-        }
+        unregister(state, fd)?;
     }
-    // New or changed: add or modify, in array order. Answers poll() gives at once are
-    // collected.
+    // New, changed, reused or closed: add, modify, re-add or answer, in array order. Answers
+    // poll() gives at once (POLLNVAL, an always-ready file) are collected.
     let mut at_once = false;
     for &fd in order {
         let bits = wanted[&fd];
         let Some(interest) = interest_of(bits) else {
             continue; // not reached: only entries with an interest are wanted
         };
-        let done = match state.polled.get(&fd) {
-            Some(&old) if old == bits => continue,
-            Some(_) => crate::with_source(fd, |s| state.waiter.modify(s, fd as usize, interest)),
-            None => crate::with_source(fd, |s| state.waiter.add(s, fd as usize, interest)),
+        let known = match state.polled.get(&fd).copied() {
+            None => None,
+            Some(old) => match state.tracker.check(fd, old.identity) {
+                Check::Same => Some(old),
+                Check::Changed => {
+                    // Another open file under the old number: the old registration goes.
+                    unregister(state, fd)?;
+                    None
+                }
+                Check::Closed => {
+                    unregister(state, fd)?;
+                    at_once |= answer(fds, fd, libc::POLLNVAL);
+                    continue;
+                }
+            },
+        };
+        let done = match known {
+            Some(old) if old.bits == bits => continue,
+            Some(old) => crate::with_source(fd, |s| state.waiter.modify(s, fd as usize, interest))
+                .map(|()| old.identity),
+            None => match state.tracker.identify(fd) {
+                Err(libc::EBADF) => Err(herdless::Error::BadDescriptor { fd }.into()),
+                Err(errno) => Err(Failure {
+                    code: crate::HERDLESS_EIO,
+                    message: format!(
+                        "inspecting descriptor {fd}: {}",
+                        std::io::Error::from_raw_os_error(errno)
+                    ),
+                    os_errno: Some(errno),
+                }),
+                Ok(identity) => {
+                    crate::with_source(fd, |s| state.waiter.add(s, fd as usize, interest))
+                        .map(|()| identity)
+                        .map_err(|f| {
+                            state.tracker.forget(fd, identity);
+                            f
+                        })
+                }
+            },
         };
         match done {
-            Ok(()) => {
-                state.polled.insert(fd, bits);
+            Ok(identity) => {
+                state.polled.insert(fd, Polled { bits, identity });
             }
             // poll() answers POLLNVAL for a closed descriptor.
             Err(f) if f.code == crate::HERDLESS_EBADF => {
-                state.polled.remove(&fd);
+                state.forget_polled(fd);
                 at_once |= answer(fds, fd, libc::POLLNVAL);
             }
-            // poll() finds a regular file always ready.
-            Err(f) if f.code == crate::HERDLESS_EUNWATCHABLE => {
-                state.polled.remove(&fd);
-                at_once |= answer(fds, fd, READ_BITS | WRITE_BITS);
+            // Not watchable: without POLLEXCL, poll()'s own answer (a regular file is always
+            // ready); with it, the error: answering "ready" would make the caller spin.
+            Err(f) if f.code == crate::HERDLESS_EUNWATCHABLE && !interest.is_exclusive() => {
+                state.forget_polled(fd);
+                at_once |= answer(fds, fd, probe(fd, bits));
             }
             Err(f) => return Err(f),
         }
     }
-    if at_once {
+    // Entries answered at once end the call, as in poll(): what else is ready is still
+    // collected, without waiting.
+    let timeout = match at_once {
+        true => Some(std::time::Duration::ZERO),
+        false => timeout_of(timeout_ms),
+    };
+    let capacity = wanted.len().max(1);
+    let got = state.wait(capacity, timeout)?;
+    if got == 0 {
         return Ok(count(fds));
     }
-    let capacity = wanted.len().max(1);
-    let n = state.wait(capacity, timeout_of(timeout_ms))?;
-    if n == 0 {
-        return Ok(0);
-    }
-    for event in state.events.iter() {
-        let fd = event.key as RawFd;
+    for event in state.user_events() {
+        let (fd, readable, writable) = (event.key as RawFd, event.readable, event.writable);
         let asked = wanted.get(&fd).copied().unwrap_or(0);
-        let mut probe = libc::pollfd {
-            fd,
-            events: asked & (READ_BITS | WRITE_BITS | libc::POLLPRI),
-            revents: 0,
-        };
-        // SAFETY: one live pollfd, zero timeout: reads the readiness now, sleeps in no queue.
-        let ready = unsafe { libc::poll(&mut probe, 1, 0) };
-        let revents = if ready == 1 {
-            probe.revents
-        } else {
-            // Taken meanwhile (by a signal handler, say): report what herdless saw.
-            (if event.readable { READ_BITS } else { 0 })
-                | (if event.writable { WRITE_BITS } else { 0 })
+        let revents = match probe(fd, asked) {
+            0 => {
+                // Taken meanwhile (by a signal handler, say): report what herdless saw.
+                (if readable { READ_BITS } else { 0 }) | (if writable { WRITE_BITS } else { 0 })
+            }
+            ready => ready,
         };
         answer(fds, fd, revents);
     }
     Ok(count(fds))
+}
+
+/// What a zero-timeout poll() says of `fd` for the `events` asked: it sleeps in no wait
+/// queue, so it wakes nobody and herds nothing.
+fn probe(fd: RawFd, events: i16) -> i16 {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: events & (READ_BITS | WRITE_BITS | libc::POLLPRI),
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, zero timeout.
+    match unsafe { libc::poll(&mut pfd, 1, 0) } {
+        1 => pfd.revents,
+        _ => 0,
+    }
 }
 
 /// Sets the `revents` of every entry of `fd` to what it asked for among `revents` (plus what

@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use herdless::{Events, Group, Notifier, Waiter};
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use crate::errors::HERDLESS_EINTR;
 use crate::errors::{Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EWRONGPROCESS};
 
 /// The kind tag of a group handle (top byte of the id).
@@ -39,15 +41,26 @@ pub(crate) struct WaiterEntry {
     pub(crate) state: Mutex<WaiterState>,
 }
 
+/// A descriptor `herdless_poll` registered: the pollfd `events` bits it was registered for,
+/// and which open file the number named then.
+#[cfg(unix)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Polled {
+    pub(crate) bits: i16,
+    pub(crate) identity: crate::identity::Identity,
+}
+
 /// A waiter and what `herdless_poll` remembers between calls.
 pub(crate) struct WaiterState {
     pub(crate) waiter: Waiter,
     /// The buffer `herdless_wait` and `herdless_poll` receive into (grown on demand).
     pub(crate) events: Events,
-    /// Descriptors `herdless_poll` registered, with the pollfd `events` bits they were
-    /// registered for.
+    /// Descriptors `herdless_poll` registered.
     #[cfg(unix)]
-    pub(crate) polled: HashMap<std::os::fd::RawFd, i16>,
+    pub(crate) polled: HashMap<std::os::fd::RawFd, Polled>,
+    /// Which open file each polled number names (checked on every `herdless_poll`).
+    #[cfg(unix)]
+    pub(crate) tracker: crate::identity::Tracker,
     /// Scratch map of one `herdless_poll` call (kept to avoid allocating per call).
     #[cfg(unix)]
     pub(crate) wanted: HashMap<std::os::fd::RawFd, i16>,
@@ -55,6 +68,10 @@ pub(crate) struct WaiterState {
     /// made in that order, so ready descriptors are served in array order.
     #[cfg(unix)]
     pub(crate) order: Vec<std::os::fd::RawFd>,
+    /// The signalfd that ends a blocking wait when a handler is due (made on the first
+    /// blocking wait, registered with the waiter under `SIGNAL_KEY`).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    signals: Option<crate::signals::SignalWatch>,
 }
 
 impl WaiterState {
@@ -65,23 +82,128 @@ impl WaiterState {
             #[cfg(unix)]
             polled: HashMap::new(),
             #[cfg(unix)]
+            tracker: Default::default(),
+            #[cfg(unix)]
             wanted: HashMap::new(),
             #[cfg(unix)]
             order: Vec::new(),
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            signals: None,
+        }
+    }
+
+    /// The caller's events of the last wait (the signalfd's, if any, left out).
+    pub(crate) fn user_events(&self) -> impl Iterator<Item = herdless::Event> + '_ {
+        self.events.iter().filter(|e| !is_signal_key(e.key))
+    }
+
+    /// Forgets what `herdless_poll` knew of `fd` (it was deleted by herdless_delete, or added
+    /// or modified by hand): the next `herdless_poll` that lists it registers it anew.
+    #[cfg(unix)]
+    pub(crate) fn forget_polled(&mut self, fd: std::os::fd::RawFd) {
+        if let Some(old) = self.polled.remove(&fd) {
+            self.tracker.forget(fd, old.identity);
         }
     }
 
     /// Waits into the receive buffer, sized for `capacity` events; the events are then in
-    /// `self.events`.
+    /// `self.events` (read them with `user_events`). Returns the caller's event count.
+    ///
+    /// A blocking wait (any timeout but zero) ends with HERDLESS_EINTR when a signal handler
+    /// is due and nothing was ready, as `poll(2)` ends with EINTR (`crate::signals`).
     pub(crate) fn wait(
         &mut self,
         capacity: usize,
         timeout: Option<std::time::Duration>,
-    ) -> herdless::Result<usize> {
+    ) -> Result<usize, Failure> {
         if self.events.capacity() != capacity {
             self.events = Events::with_capacity(capacity);
         }
-        self.waiter.wait(&mut self.events, timeout)
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if timeout != Some(std::time::Duration::ZERO) {
+            return self.wait_for_signals(timeout);
+        }
+        self.wait_once(timeout)
+    }
+
+    /// One wait of the Rust waiter; the signalfd's event (a signal seen while the thread does
+    /// not block it: a zero timeout) is not the caller's: the watch is refreshed and the wait
+    /// made once more.
+    fn wait_once(&mut self, timeout: Option<std::time::Duration>) -> Result<usize, Failure> {
+        let n = self.waiter.wait(&mut self.events, timeout)?;
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if n != self.user_events().count() {
+            if let Some(watch) = self.signals.as_mut() {
+                watch
+                    .refresh()
+                    .map_err(|e| io_failure("reading the signal mask", e))?;
+            }
+            self.waiter.wait(&mut self.events, timeout)?;
+        }
+        let _ = n;
+        Ok(self.user_events().count())
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn wait_for_signals(&mut self, timeout: Option<std::time::Duration>) -> Result<usize, Failure> {
+        use crate::signals::{SignalWatch, SIGNAL_KEY};
+        use std::time::Instant;
+        if self.signals.is_none() {
+            let watch = SignalWatch::new().map_err(|e| io_failure("making a signalfd", e))?;
+            self.waiter
+                .add(watch.fd(), SIGNAL_KEY, herdless::Interest::READABLE)
+                .map_err(Failure::from)?;
+            self.signals = Some(watch);
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let Some(watch) = self.signals.as_mut() else {
+                return Ok(0); // not reached: made above
+            };
+            let blocked = watch
+                .block()
+                .map_err(|e| io_failure("blocking signals for the wait", e))?;
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let n = self.waiter.wait(&mut self.events, left)?;
+            let user = self.user_events().count();
+            if user > 0 || n == 0 {
+                // Events, a timeout or a notification: the handlers of any signal that came
+                // meanwhile run as the mask is put back (on drop), as after poll(2).
+                drop(blocked);
+                return Ok(user);
+            }
+            // Only the signalfd: is a handler due?
+            let handler = self.signals.as_ref().is_some_and(|w| w.handler_pending());
+            drop(blocked); // the handler runs here (or the signal is discarded, or acts)
+            if handler {
+                return Err(Failure::new(
+                    HERDLESS_EINTR,
+                    "interrupted: a signal handler ran while the waiter waited",
+                ));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
+            }
+        }
+    }
+}
+
+fn is_signal_key(key: usize) -> bool {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return key == crate::signals::SIGNAL_KEY;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = key;
+        false
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn io_failure(what: &str, e: std::io::Error) -> Failure {
+    Failure {
+        code: crate::errors::HERDLESS_EIO,
+        message: format!("{what}: {e}"),
+        os_errno: e.raw_os_error(),
     }
 }
 

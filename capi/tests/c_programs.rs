@@ -331,3 +331,88 @@ fn exec_d_servers_share_a_named_group_and_a_queue_native() {
 fn exec_d_servers_share_a_named_group_and_a_queue_emulated() {
     service_queue("emulated");
 }
+
+fn poll_errors(backend: &str) {
+    let Some(exe) = build("poll_errors") else {
+        return;
+    };
+    let out = run(&exe, &[backend]);
+    assert!(
+        out.contains("0 check(s) failed") && !out.contains("FAIL"),
+        "{out}"
+    );
+}
+
+/// The same bad input as poll(2) gets the same answer (-1 and errno, POLLNVAL), a signal
+/// handler ends the wait with EINTR, and closed or reused numbers are looked up again.
+#[test]
+fn herdless_poll_answers_bad_input_signals_and_reused_numbers_as_poll_does_native() {
+    poll_errors("native");
+}
+
+#[test]
+fn herdless_poll_answers_bad_input_signals_and_reused_numbers_as_poll_does_emulated() {
+    poll_errors("emulated");
+}
+
+/// The header compiles without a warning as C89, C99 and C11 with -pedantic, and as C++98,
+/// C++11 and C++17 (included twice, as headers are).
+#[test]
+fn the_header_is_clean_from_c89_to_c11_and_in_cpp() {
+    let Some(cc) = compiler() else { return };
+    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include");
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c-header");
+    std::fs::create_dir_all(&out_dir).expect("the scratch directory can be made");
+    let source = "#include \"herdless.h\"\n#include \"herdless.h\"\n\
+                  int main(void) { return HERDLESS_OK; }\n";
+    std::fs::write(out_dir.join("h.c"), source).expect("writable");
+    std::fs::write(out_dir.join("h.cpp"), source).expect("writable");
+    let cxx = if cc == "cc" || cc.ends_with("gcc") {
+        "c++"
+    } else {
+        "clang++"
+    };
+    let mut cases: Vec<(&str, &str)> = ["c89", "c99", "c11"].iter().map(|std| (cc, *std)).collect();
+    if Command::new(cxx).arg("--version").output().is_ok() {
+        cases.extend(["c++98", "c++11", "c++17"].iter().map(|std| (cxx, *std)));
+    } else {
+        eprintln!("SKIPPED: no C++ compiler ({cxx}): the header's C++ check");
+    }
+    for (compiler, std) in cases {
+        let file = if std.starts_with("c++") {
+            "h.cpp"
+        } else {
+            "h.c"
+        };
+        let out = Command::new(compiler)
+            .arg(format!("-std={std}"))
+            .args([
+                "-pedantic",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-fsyntax-only",
+                "-I",
+            ])
+            .arg(&include)
+            .arg(out_dir.join(file))
+            .output()
+            .expect("the compiler runs");
+        assert!(
+            out.status.success(),
+            "include/herdless.h is not clean as {std}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The cost program runs (its figures are in docs/c.md; no timing is asserted here).
+#[test]
+fn the_poll_cost_program_runs_on_both_backends() {
+    let Some(exe) = build("poll_cost") else {
+        return;
+    };
+    for backend in ["native", "emulated"] {
+        assert!(run(&exe, &["2000", "-1", backend]).contains("ns/call"));
+    }
+}

@@ -1,0 +1,215 @@
+//! Which open file a descriptor number names, re-checked by `herdless_poll` on every call, so
+//! that a number closed and reused (a new pipe, `mq_close` + `mq_open`, a `dup2` over it) is
+//! watched anew and a closed one gets POLLNVAL, as `poll(2)`, which looks the number up on
+//! every call, does.
+//!
+//! Two ways, by kind of file:
+//!
+//! - **Sockets and anonymous pipes** (Unix everywhere): a new one always has a new inode, so
+//!   the device and inode (one `fstat`) tell them apart. Not told apart: the two ends of one
+//!   pipe, which share an inode (`dup2` of a pipe's write end over its registered read end;
+//!   `F_GETFL` would tell, at one more system call per descriptor per call: measured in
+//!   docs/c.md, and left out).
+//! - **Everything reopened with the same inode** (POSIX message queues, named FIFOs,
+//!   terminals and devices, eventfds and other anonymous inodes), on Linux: the tracker keeps
+//!   a duplicate of the descriptor (at a high number, closed on exec) and asks the kernel
+//!   whether the number still names that open file (`kcmp(KCMP_FILE)`, one system call). The
+//!   duplicate holds the file open until the next `herdless_poll` of this waiter sees the
+//!   number closed or reused (or the fd leaves the array, or the waiter leaves): until then a
+//!   FIFO's writers get no EPIPE, a queue closed by the caller stays open. A first design kept
+//!   these files in a private epoll instance instead (no reference held), but each entry sits
+//!   on the file's wait queue: 500 members on one message queue ran 5 to 10 times slower
+//!   (docs/c.md). Where kcmp is refused (a kernel without it), and elsewhere than Linux, these
+//!   files are told apart by device and inode only.
+
+use std::os::fd::RawFd;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// What a number named when it was registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// A socket or anonymous pipe (elsewhere than Linux: anything): device and inode.
+    Inode { dev: u64, ino: u64 },
+    /// A duplicate of the descriptor is held by the tracker (Linux).
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+    Held,
+}
+
+/// What the number names now, compared with what it named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// The same open file.
+    Same,
+    /// Another open file (the number was closed and reused, or `dup2`'d over).
+    Changed,
+    /// The number is not open.
+    Closed,
+}
+
+/// A waiter's tracker: the duplicates it holds and what it knows of pipes.
+#[derive(Default)]
+pub(crate) struct Tracker {
+    /// Registered number -> a duplicate of the open file it named.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    held: std::collections::HashMap<RawFd, OwnedFd>,
+    /// The device of anonymous pipes (pipefs), learnt from a pipe of our own.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pipe_dev: Option<u64>,
+    /// Does the kernel answer kcmp (None: not asked yet)?
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    kcmp_works: Option<bool>,
+    /// This process (set with `kcmp_works`).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pid: libc::pid_t,
+}
+
+fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: fstat reads the number and fills the live struct, or fails.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    // SAFETY: filled by fstat (and zeroed before).
+    Ok(unsafe { st.assume_init() })
+}
+
+/// Device and inode as u64 (their C types differ between systems: the casts are not no-ops
+/// everywhere).
+#[allow(clippy::unnecessary_cast)]
+fn dev_ino(st: &libc::stat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
+impl Tracker {
+    /// Records what `fd` names now; `Err(errno)` if it is not open (EBADF) or cannot be
+    /// inspected.
+    pub(crate) fn identify(&mut self, fd: RawFd) -> Result<Identity, i32> {
+        let st = fstat(fd)?;
+        let (dev, ino) = dev_ino(&st);
+        let inode = Identity::Inode { dev, ino };
+        if self.unique_inode(&st) {
+            return Ok(inode);
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(copy) = self.duplicate(fd) {
+            self.held.insert(fd, copy);
+            return Ok(Identity::Held);
+        }
+        Ok(inode)
+    }
+
+    /// Is `fd` still the open file `was`?
+    pub(crate) fn check(&mut self, fd: RawFd, was: Identity) -> Check {
+        match was {
+            Identity::Inode { .. } => match fstat(fd) {
+                Err(_) => Check::Closed,
+                Ok(st) => {
+                    let (dev, ino) = dev_ino(&st);
+                    if (Identity::Inode { dev, ino }) == was {
+                        Check::Same
+                    } else {
+                        Check::Changed
+                    }
+                }
+            },
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            Identity::Held => {
+                let Some(copy) = self.held.get(&fd) else {
+                    return Check::Changed;
+                };
+                match kcmp_file(self.pid, fd, copy.as_raw_fd()) {
+                    Ok(true) => Check::Same,
+                    Ok(false) => Check::Changed,
+                    Err(libc::EBADF) => Check::Closed,
+                    Err(_) => Check::Changed,
+                }
+            }
+            #[cfg(not(any(target_os = "linux", target_os = "android")))]
+            Identity::Held => Check::Changed,
+        }
+    }
+
+    /// `fd` is no longer watched: its duplicate, if any, is closed.
+    pub(crate) fn forget(&mut self, fd: RawFd, was: Identity) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if was == Identity::Held {
+            self.held.remove(&fd);
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = (fd, was);
+    }
+
+    /// Does a new one of this kind of file always get a new inode?
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn unique_inode(&mut self, st: &libc::stat) -> bool {
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFSOCK => true,
+            libc::S_IFIFO => Some(dev_ino(st).0) == self.pipe_device(),
+            _ => false,
+        }
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn unique_inode(&mut self, _st: &libc::stat) -> bool {
+        true
+    }
+
+    /// The device of anonymous pipes, from a pipe made (and closed) once.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn pipe_device(&mut self) -> Option<u64> {
+        if self.pipe_dev.is_none() {
+            let mut p = [0; 2];
+            // SAFETY: pipe2 fills the two-element array or fails.
+            if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+                // SAFETY: two descriptors pipe2 just opened, owned here and closed on drop.
+                let (a, _b) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+                use std::os::fd::AsRawFd;
+                self.pipe_dev = fstat(a.as_raw_fd()).ok().map(|st| dev_ino(&st).0);
+            }
+        }
+        self.pipe_dev
+    }
+
+    /// A duplicate of `fd` at a high number (so that the caller's next open still gets the
+    /// lowest free number, as without herdless), closed on exec; None if kcmp cannot compare
+    /// it, or no number is free.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn duplicate(&mut self, fd: RawFd) -> Option<OwnedFd> {
+        let mut copy = None;
+        for lowest in [1000, 100, 3] {
+            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor, owned below, or fails.
+            let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) };
+            if d >= 0 {
+                // SAFETY: a descriptor fcntl just opened, owned by nobody else.
+                copy = Some(unsafe { OwnedFd::from_raw_fd(d) });
+                break;
+            }
+        }
+        let copy = copy?;
+        if self.kcmp_works.is_none() {
+            // The waiter is used only in the process that joined: its pid, read once.
+            self.pid = std::process::id() as libc::pid_t;
+            self.kcmp_works = Some(kcmp_file(self.pid, fd, copy.as_raw_fd()) == Ok(true));
+        }
+        self.kcmp_works.unwrap_or(false).then_some(copy)
+    }
+}
+
+/// Do descriptors `a` and `b` of this process name the same open file? Err(errno) if the
+/// kernel cannot say (EBADF: one is not open).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn kcmp_file(pid: libc::pid_t, a: RawFd, b: RawFd) -> Result<bool, i32> {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp only compares two descriptors of our own process.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a, b) };
+    match r {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)),
+    }
+}

@@ -164,6 +164,7 @@ fn exec_d_members_killed_while_others_read(backend: Backend) {
     for _ in 0..WORKERS {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
+            .stdout(std::process::Stdio::null()) // the harness's lines, not the test's
             .env(WORKER, &n)
             .env("HERDLESS_TEST_ACTION", "pipe")
             .env("HERDLESS_TEST_PIPE", dfd.to_string())
@@ -244,6 +245,7 @@ fn exec_workers_share_a_listener(backend: Backend) {
     for _ in 0..WORKERS {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
+            .stdout(std::process::Stdio::null()) // the harness's lines, not the test's
             .env(WORKER, &n)
             .env("HERDLESS_TEST_LISTENER", lfd.to_string())
             .env("HERDLESS_TEST_READY", rfd.to_string());
@@ -599,6 +601,7 @@ fn another_user_is_refused(backend: Backend) {
         // Another user's program: this binary exec'd as nobody, opening the name.
         let status = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "exec_worker_entry_point", "--nocapture"])
+            .stdout(std::process::Stdio::null())
             .env(WORKER, &n)
             .env("HERDLESS_TEST_ACTION", "open")
             .uid(65534)

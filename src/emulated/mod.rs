@@ -199,16 +199,13 @@ impl EmulatedWaiter {
         #[cfg(all(unix, not(loom)))]
         let bell = group.bells.bind(me, membership.generation())?;
         #[cfg(all(unix, not(loom)))]
-        // SAFETY: the bell is this waiter's, and `leave` deletes it from the poller before it
-        // drops it.
-        unsafe {
-            poller
-                .add_with_mode(
-                    &bell.watch(),
-                    polling::Event::readable(DOORBELL_KEY),
-                    PollMode::Level,
-                )
-                .map_err(|e| Error::io("watching the member's door bell", e))?;
+        for fd in bell.watch() {
+            // SAFETY: the bell is this waiter's, and `leave` deletes it from the poller before
+            // it drops it.
+            unsafe {
+                poller.add_with_mode(&fd, polling::Event::readable(DOORBELL_KEY), PollMode::Level)
+            }
+            .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
         group.drain_bell(me);
         #[cfg(all(not(unix), not(loom)))]
@@ -945,7 +942,9 @@ impl EmulatedWaiter {
         self.deaths.clear(&self.poller);
         #[cfg(all(unix, not(loom)))]
         if let Some(bell) = self.bell.take() {
-            let _ = self.poller.delete(bell.watch());
+            for fd in bell.watch() {
+                let _ = self.poller.delete(fd);
+            }
             tk.bells.unbind(me, bell);
         }
     }

@@ -44,6 +44,14 @@ struct Cli {
     /// With no subcommand: print every column of the table.
     #[arg(long)]
     wide: bool,
+    /// With no subcommand: where to write every row as JSON (default: target/herd/herd.json).
+    /// Its directory must exist; checked before the first row runs.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+    /// With no subcommand: where to write the chart (default: target/herd/herd.svg); checked
+    /// likewise.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<std::path::PathBuf>,
 }
 
 #[cfg(target_os = "linux")]
@@ -72,7 +80,7 @@ fn main() {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        None => herd_bench::default_comparison(cli.wide),
+        None => herd_bench::default_comparison(cli.wide, cli.json, cli.svg),
         Some(Command::Pipe(args)) => herd_bench::run(herd_bench::Workload::Pipe, args),
         Some(Command::Mq(args)) => herd_bench::run(herd_bench::Workload::Mq, args),
         Some(Command::Accept(args)) => accept::run(args),

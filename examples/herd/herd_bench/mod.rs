@@ -1,9 +1,11 @@
 //! The herd benchmark (the experiment of the AIX POLLEXCL request): one producer, one shared
 //! pipe or POSIX message queue, 1 versus
-//! 500 waiters, in every mode side by side: the `polling` crate used plainly (the herd), raw
-//! `EPOLLEXCLUSIVE` (the monopoly), herdless native round robin and herdless emulated round
-//! robin. Each row reports time, kernel-level wake-ups per message (voluntary context switches
-//! of the waiters), user-level empty wake-ups, and who got what.
+//! 500 waiters, in every mode side by side, named as the README names them: no flag (the
+//! `polling` crate used plainly: the herd), the raw flag (`EPOLLEXCLUSIVE` alone: the monopoly),
+//! herdless native and herdless emulated. Each row reports time, CPU of the waiters and
+//! kernel-level wake-ups per message (voluntary context switches of the waiters), user-level
+//! empty wake-ups, and who got what; the table is followed by a legend of the modes and the
+//! run ends with a verdict computed from it.
 //!
 //! This file holds the command line and the order of the runs; `run.rs` runs one row and
 //! `report.rs` prints the table and writes the JSON and SVG.
@@ -11,7 +13,7 @@
 mod report;
 mod run;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::exec::Spawn;
@@ -22,13 +24,13 @@ use run::{Mode, Refusal, Rotate, RowSpec};
 
 /// Messages per row in the default comparison (per waiter count and mode).
 const DEFAULT_MESSAGES: u64 = 200_000;
-/// The most messages the plain mode gets at `HERD_SIZE` waiters or more by default.
+/// The most messages the no-flag mode gets at `HERD_SIZE` waiters or more by default.
 const DEFAULT_PLAIN_CAP: u64 = 20_000;
-/// From this many waiters up, plain's herd makes every message cost hundreds of wake-ups.
+/// From this many waiters up, the no-flag herd makes every message cost hundreds of wake-ups.
 const HERD_SIZE: usize = 100;
 
 /// The default of the list flag of `Args`: every mode the table compares.
-const DEFAULT_MODES: &str = "plain,native-exclusive,native-rr,emulated-rr";
+const DEFAULT_MODES: &str = "no-flag,raw-flag,herdless-native,herdless-emulated";
 
 /// Flags of `herd pipe` and `herd mq`.
 #[derive(clap::Args, Debug, Clone)]
@@ -41,18 +43,19 @@ pub struct Args {
     /// Messages (8-byte ids) the producer writes per row.
     #[arg(long, default_value_t = DEFAULT_MESSAGES)]
     messages: u64,
-    /// Most messages for the `plain` mode at 100 waiters or more, where each message wakes the
+    /// Most messages for the `no-flag` mode at 100 waiters or more, where each message wakes the
     /// whole herd (0: no cap). Its figures are per message, so they stay comparable; the table
     /// marks the row.
     #[arg(long, default_value_t = DEFAULT_PLAIN_CAP)]
     plain_cap: u64,
-    /// Modes to run, comma-separated: plain (the `polling` crate, one Poller per waiter, no
-    /// exclusivity), native-exclusive (raw EPOLLEXCLUSIVE, no rotation), native-rr (herdless
-    /// native, exclusive + one event round robin, turns as `--rotate-every` says), emulated-rr
-    /// (herdless token passing, likewise).
+    /// Modes to run, comma-separated: no-flag (the `polling` crate, one Poller per waiter, no
+    /// exclusivity), raw-flag (EPOLLEXCLUSIVE alone, no rotation), herdless-native (exclusive +
+    /// one event round robin, turns as `--rotate-every` says), herdless-emulated (herdless
+    /// token passing, likewise). The earlier names plain, native-exclusive, native-rr and
+    /// emulated-rr are accepted too.
     #[arg(long, value_enum, value_delimiter = ',', default_value = DEFAULT_MODES)]
     modes: Vec<Mode>,
-    /// Rotation settings of the herdless round-robin modes (native-rr, emulated-rr), each run
+    /// Rotation settings of the herdless modes (herdless-native, herdless-emulated), each run
     /// as its own line side by side, comma-separated: `adaptive` (the library's default:
     /// strict turns while events come one at a time, batches of up to 16 under a backlog) or a
     /// number of events per turn (1: strict turns at any cost; 0: never rotate).
@@ -78,10 +81,11 @@ pub struct Args {
     /// messages it did write); bounds every run.
     #[arg(long, default_value_t = 20.0)]
     time_cap: f64,
-    /// Where to write every row as JSON (default: target/herd/herd-<workload>.json).
+    /// Where to write every row as JSON (default: target/herd/herd-<workload>.json). Its
+    /// directory must exist and the file be writable: checked before the first row runs.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Where to write the chart (default: target/herd/herd-<workload>.svg).
+    /// Where to write the chart (default: target/herd/herd-<workload>.svg); checked likewise.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// As root, raise /proc/sys/fs/mqueue/msg_max for the moment the queue is created (and
@@ -108,7 +112,11 @@ pub fn run(workload: Workload, mut args: Args) -> Result<(), Box<dyn std::error:
 
 /// `herd` with no subcommand: both workloads, 1 and 500 waiters, every mode, threads, sized to
 /// take about a minute on a 2-core machine.
-pub fn default_comparison(wide: bool) -> Result<(), Box<dyn std::error::Error>> {
+pub fn default_comparison(
+    wide: bool,
+    json: Option<PathBuf>,
+    svg: Option<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     use clap::Parser;
     #[derive(clap::Parser)]
     struct Defaults {
@@ -117,6 +125,8 @@ pub fn default_comparison(wide: bool) -> Result<(), Box<dyn std::error::Error>> 
     }
     let mut defaults = Defaults::parse_from(["herd"]).args;
     defaults.wide = wide;
+    defaults.json = json;
+    defaults.svg = svg;
     compare(&[Workload::Pipe, Workload::Mq], &defaults, "herd")
 }
 
@@ -128,14 +138,18 @@ fn compare(
 ) -> Result<(), Box<dyn std::error::Error>> {
     validate(args)?;
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/herd");
-    let json = args
-        .json
-        .clone()
-        .unwrap_or(out_dir.join(format!("{name}.json")));
-    let svg = args
-        .svg
-        .clone()
-        .unwrap_or(out_dir.join(format!("{name}.svg")));
+    let json = check_output(
+        "--json",
+        args.json.as_deref(),
+        &out_dir,
+        &format!("{name}.json"),
+    )?;
+    let svg = check_output(
+        "--svg",
+        args.svg.as_deref(),
+        &out_dir,
+        &format!("{name}.svg"),
+    )?;
     let specs = plan(workloads, args);
     eprintln!(
         "herd: {} rows ({} waiters as {}, {} run(s), time cap {} s per row); warm: each row \
@@ -198,6 +212,7 @@ fn compare(
         json.display(),
         svg.display()
     );
+    report.print_verdict();
     let missing = report.missing_rows();
     if missing > 0 {
         return Err(format!(
@@ -207,6 +222,56 @@ fn compare(
         .into());
     }
     Ok(())
+}
+
+/// Where an output goes: `given`, or `default_name` in the lab's own directory (made if it is
+/// missing). Checked before the first row runs, so a run of minutes is not lost at the end: the
+/// directory of a given path must exist (it is not created) and the file must be writable
+/// (opened without truncating it, or created and removed again). The error names the flag and
+/// the path.
+fn check_output(
+    flag: &str,
+    given: Option<&Path>,
+    default_dir: &Path,
+    default_name: &str,
+) -> Result<PathBuf, String> {
+    let path = match given {
+        Some(path) => path.to_path_buf(),
+        None => {
+            std::fs::create_dir_all(default_dir)
+                .map_err(|e| format!("{flag}: cannot make {}: {e}", default_dir.display()))?;
+            default_dir.join(default_name)
+        }
+    };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "{flag} {}: directory {} does not exist (make it first; the lab does not)",
+            path.display(),
+            dir.display()
+        ));
+    }
+    let cannot = |e: std::io::Error| format!("{flag} {}: cannot be written: {e}", path.display());
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory", path.display()));
+    }
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(cannot)?;
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(cannot)?;
+        std::fs::remove_file(&path).map_err(cannot)?;
+    }
+    Ok(path)
 }
 
 /// Refuses, before anything runs, settings that cannot give a full table: one line naming the

@@ -2,7 +2,7 @@
 //! and a chart (SVG, drawn with plotters) of time and kernel wake-ups per message by mode and of
 //! who got what.
 //!
-//! Figures are normalised per message, so a row that ran fewer messages (plain's herd at 500
+//! Figures are normalised per message, so a row that ran fewer messages (no flag's herd at 500
 //! waiters is capped) stays comparable; the table marks such rows. With `--runs`, each figure is
 //! the mean with min–max over the runs.
 
@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::run::{Measured, Mode, Refusal, Rotate, RowSpec, Setup};
 use super::Workload;
+use crate::exec::Spawn;
 use crate::fairness::{sketch, Distribution, Spread};
 
 /// One row as it ran.
@@ -41,6 +42,9 @@ struct JsonRow {
     kernel_wakeups_per_message: f64,
     empty_wakeups: u64,
     empty_wakeups_per_message: f64,
+    /// CPU time (user + system) of all waiters over the window of the kernel wake-ups.
+    cpu_seconds: f64,
+    cpu_us_per_message: f64,
     distribution: Distribution,
     per_waiter: Vec<u64>,
     mq_depth: Option<i64>,
@@ -75,6 +79,13 @@ impl Line {
     }
     fn kernel_per_message(&self) -> Spread {
         self.spread(|m| m.kernel_wakeups as f64 / m.messages as f64)
+    }
+    /// CPU µs (user + system, all waiters) per message.
+    fn cpu_per_message(&self) -> Spread {
+        self.spread(|m| m.cpu_seconds * 1e6 / m.messages as f64)
+    }
+    fn jain(&self) -> Spread {
+        self.spread(|m| Distribution::of(&m.per_waiter).jain)
     }
 }
 
@@ -138,6 +149,8 @@ impl Report {
                         kernel_wakeups_per_message: m.kernel_wakeups as f64 / n,
                         empty_wakeups: m.empty_wakeups,
                         empty_wakeups_per_message: m.empty_wakeups as f64 / n,
+                        cpu_seconds: m.cpu_seconds,
+                        cpu_us_per_message: m.cpu_seconds * 1e6 / n,
                         distribution: Distribution::of(&m.per_waiter),
                         per_waiter: m.per_waiter.clone(),
                         mq_depth: m.mq_depth,
@@ -214,6 +227,7 @@ impl Report {
             "seconds",
             "msg/s",
             "µs/msg",
+            "CPU µs/msg",
             "kernel wake-ups/msg",
             "empty wake-ups/msg",
             "max share",
@@ -261,6 +275,7 @@ impl Report {
                 show(line.spread(|m| m.seconds), 2),
                 show(line.spread(|m| m.messages as f64 / m.seconds), 0),
                 show(line.us_per_message(), 2),
+                show(line.cpu_per_message(), 2),
                 show(line.kernel_per_message(), 2),
                 show(
                     line.spread(|m| m.empty_wakeups as f64 / m.messages as f64),
@@ -309,6 +324,7 @@ impl Report {
             )
             .collect();
         print_markdown(&header, &table);
+        self.print_legend();
         if !self.wide {
             println!("\n(--wide adds messages, seconds, msg/s and max−min.)");
         }
@@ -328,7 +344,10 @@ impl Report {
             "\nKernel wake-ups: voluntary context switches of the waiters (RUSAGE_THREAD per \
              waiter thread, per child process with --processes), from each waiter's start to \
              its first wake-up after the last message was read. Empty: reads that found \
-             nothing (EAGAIN). Time: first write to last read, all waiters asleep at the start."
+             nothing (EAGAIN). CPU: user + system time of all the waiters (RUSAGE_THREAD per \
+             waiter thread or child process) over the same window, per message; the \
+             producer's is not counted. Time: first write to last read, all waiters asleep at \
+             the start."
         );
         println!("\n### Per-waiter messages (first run)\n");
         for line in &self.lines {
@@ -342,10 +361,156 @@ impl Report {
         }
     }
 
-    pub fn write_json(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+    /// The modes of the table, one line each: what the name stands for.
+    fn print_legend(&self) {
+        let mut modes: Vec<Mode> = Vec::new();
+        for line in &self.lines {
+            if !modes.contains(&line.mode.mode) {
+                modes.push(line.mode.mode);
+            }
         }
+        for m in &self.missing {
+            if !modes.contains(&m.mode.mode) {
+                modes.push(m.mode.mode);
+            }
+        }
+        println!("\nModes:");
+        for mode in modes {
+            println!("- {}: {}", mode.name(), mode.meaning());
+        }
+        let strict = self
+            .lines
+            .iter()
+            .any(|l| !matches!(l.mode.rotate_every, None | Some(Rotate::Adaptive)));
+        if strict {
+            println!(
+                "- herdless …/N: the same with `rotate_every(N)` instead of the default \
+                 (`--rotate-every N`; 1: strict turns, 0: never rotate)"
+            );
+        }
+        if self.lines.iter().any(|l| l.mode.spawn == Some(Spawn::Exec)) {
+            println!("- … (exec): waiter processes forked, then exec'd (the lab itself)");
+        }
+    }
+
+    /// A few lines computed from this run's means: what the herd cost at the largest waiter
+    /// count against the smallest, what herdless saved against no flag there, and native
+    /// against emulated; time and CPU per message. Lines whose rows did not run are left out.
+    pub fn verdict(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut workloads: Vec<Workload> = self.lines.iter().map(|l| l.workload).collect();
+        workloads.dedup();
+        for workload in workloads {
+            let lines: Vec<&Line> = self
+                .lines
+                .iter()
+                .filter(|l| l.workload == workload)
+                .collect();
+            let (Some(low), Some(high)) = (
+                lines.iter().map(|l| l.waiters).min(),
+                lines.iter().map(|l| l.waiters).max(),
+            ) else {
+                continue;
+            };
+            // The line of `mode` at `waiters`: under the default rotation if it ran, else the
+            // first one that did; the same spawn as the first line of the workload.
+            let spawn = lines[0].mode.spawn;
+            let find = |mode: Mode, waiters: usize| -> Option<&Line> {
+                let of: Vec<&Line> = lines
+                    .iter()
+                    .copied()
+                    .filter(|l| {
+                        l.mode.mode == mode && l.waiters == waiters && l.mode.spawn == spawn
+                    })
+                    .collect();
+                of.iter()
+                    .copied()
+                    .find(|l| matches!(l.mode.rotate_every, None | Some(Rotate::Adaptive)))
+                    .or_else(|| of.first().copied())
+            };
+            let time = |l: &Line| l.us_per_message().mean;
+            let cpu = |l: &Line| l.cpu_per_message().mean;
+            let name = workload.name();
+            if let (true, Some(one), Some(many)) =
+                (low < high, find(Mode::Plain, low), find(Mode::Plain, high))
+            {
+                out.push(format!(
+                    "{name}, the herd: with no flag, {high} waiters took {} µs and {} µs of CPU \
+                     per message, {low} {} {} and {} ({} the time, {} the CPU; {} \
+                     kernel wake-ups per message).",
+                    fig(time(many)),
+                    fig(cpu(many)),
+                    if low == 1 { "waiter" } else { "waiters" },
+                    fig(time(one)),
+                    fig(cpu(one)),
+                    times(time(many), time(one)),
+                    times(cpu(many), cpu(one)),
+                    fig(many.kernel_per_message().mean),
+                ));
+            }
+            let plain = find(Mode::Plain, high);
+            let native = find(Mode::NativeRr, high);
+            let emulated = find(Mode::EmulatedRr, high);
+            let raw = find(Mode::NativeExclusive, high);
+            for herdless in [native, emulated].into_iter().flatten() {
+                let mut said = Vec::new();
+                if let Some(plain) = plain {
+                    said.push(format!(
+                        "against no flag {} the time and {} the CPU",
+                        times(time(herdless), time(plain)),
+                        times(cpu(herdless), cpu(plain)),
+                    ));
+                }
+                if let Some(raw) = raw {
+                    said.push(format!(
+                        "against the raw flag {} the time, {} the CPU, Jain {} against {}",
+                        times(time(herdless), time(raw)),
+                        times(cpu(herdless), cpu(raw)),
+                        fig(herdless.jain().mean),
+                        fig(raw.jain().mean),
+                    ));
+                }
+                if said.is_empty() {
+                    continue;
+                }
+                out.push(format!(
+                    "{name}, {} at W={high}: {} µs and {} µs of CPU per message; {}.",
+                    herdless.mode.name(),
+                    fig(time(herdless)),
+                    fig(cpu(herdless)),
+                    said.join("; "),
+                ));
+            }
+            if let (Some(native), Some(emulated)) = (native, emulated) {
+                out.push(format!(
+                    "{name}, native against emulated at W={high}: {} {} the time and {} the \
+                     CPU of {} ({} against {} µs of CPU per message).",
+                    emulated.mode.name(),
+                    times(time(emulated), time(native)),
+                    times(cpu(emulated), cpu(native)),
+                    native.mode.name(),
+                    fig(cpu(emulated)),
+                    fig(cpu(native)),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Prints the verdict (`verdict`), if the run had anything to compare.
+    pub fn print_verdict(&self) {
+        let lines = self.verdict();
+        if lines.is_empty() {
+            return;
+        }
+        println!("\n### Verdict (this run, means)\n");
+        for line in lines {
+            println!("- {line}");
+        }
+    }
+
+    /// Writes every row as JSON to `path` (checked before the first row ran: `check_output`).
+    pub fn write_json(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
         let file = JsonFile {
             processes: self.processes,
             work_us: self.work_us,
@@ -353,7 +518,8 @@ impl Report {
             rows: &self.rows,
             missing: &self.missing,
         };
-        std::fs::write(path, serde_json::to_string_pretty(&file)?)?;
+        std::fs::write(path, serde_json::to_string_pretty(&file)?)
+            .map_err(|e| format!("--json {}: cannot be written: {e}", path.display()))?;
         Ok(())
     }
 
@@ -363,9 +529,11 @@ impl Report {
     /// modes named for what they are (no flag, the raw flag, herdless); a figure below the
     /// axis floor is drawn as no bar with its value written at the floor.
     pub fn write_svg(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
+        self.draw_svg(path)
+            .map_err(|e| format!("--svg {}: cannot be written: {e}", path.display()).into())
+    }
+
+    fn draw_svg(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
         let mut workloads: Vec<Workload> = self.lines.iter().map(|l| l.workload).collect();
         workloads.dedup();
         let mut modes: Vec<Setup> = Vec::new();
@@ -379,8 +547,8 @@ impl Report {
             }
         }
         counts.sort_unstable();
-        let height = 400 * workloads.len().max(1) as u32 + 60;
-        let root = SVGBackend::new(path, (1560, height)).into_drawing_area();
+        let height = 800 * workloads.len().max(1) as u32 + 60;
+        let root = SVGBackend::new(path, (1600, height)).into_drawing_area();
         root.fill(&WHITE)?;
         let title = format!(
             "herd: 1 producer, W waiters ({}), work {} µs/message — no flag, the raw flag \
@@ -393,7 +561,8 @@ impl Report {
             self.work_us
         );
         let body = root.titled(&title, ("sans-serif", 22))?;
-        let panels = body.split_evenly((workloads.len().max(1), 3));
+        // Per workload two rows of two panels: wake-ups and time, then CPU and shares.
+        let panels = body.split_evenly((workloads.len().max(1) * 2, 2));
         let largest = counts.last().copied().unwrap_or(1);
         for (w, &workload) in workloads.iter().enumerate() {
             let lines: Vec<&Line> = self
@@ -403,7 +572,7 @@ impl Report {
                 .collect();
             let name = workload.name();
             bars(
-                &panels[w * 3],
+                &panels[w * 4],
                 &format!("{name}: the herd — kernel wake-ups per message"),
                 "kernel wake-ups per message (log)",
                 &lines,
@@ -412,7 +581,7 @@ impl Report {
                 |l| l.kernel_per_message().mean,
             )?;
             bars(
-                &panels[w * 3 + 1],
+                &panels[w * 4 + 1],
                 &format!("{name}: the price — µs per message (buys the shares →)"),
                 "µs per message (log)",
                 &lines,
@@ -420,7 +589,16 @@ impl Report {
                 &counts,
                 |l| l.us_per_message().mean,
             )?;
-            distribution(&panels[w * 3 + 2], name, &lines, &modes, largest)?;
+            bars(
+                &panels[w * 4 + 2],
+                &format!("{name}: the CPU — µs of waiters' CPU (user + system) per message"),
+                "CPU µs per message (log)",
+                &lines,
+                &modes,
+                &counts,
+                |l| l.cpu_per_message().mean,
+            )?;
+            distribution(&panels[w * 4 + 3], name, &lines, &modes, largest)?;
         }
         root.present()?;
         Ok(())
@@ -452,38 +630,19 @@ fn mode_colour(setup: Setup) -> RGBColor {
     }
 }
 
-/// The rotation a herdless line ran under, as the chart says it: "" for the default.
+/// The rotation a herdless line ran under, in words: "" for the default.
 fn rotation_words(setup: Setup) -> String {
     match setup.rotate_every {
         None | Some(Rotate::Adaptive) => String::new(),
-        Some(Rotate::Every(1)) => ", strict turns".into(),
-        Some(Rotate::Every(0)) => ", no rotation".into(),
-        Some(Rotate::Every(n)) => format!(", turns of {n}"),
+        Some(Rotate::Every(1)) => " (strict turns)".into(),
+        Some(Rotate::Every(0)) => " (no rotation)".into(),
+        Some(Rotate::Every(n)) => format!(" (turns of {n})"),
     }
 }
 
-/// What the chart calls a mode: which rows are herdless, and which the raw flag.
-fn chart_name(setup: Setup) -> String {
-    let base = match setup.mode {
-        Mode::Plain => "no flag (herd)",
-        Mode::NativeExclusive => "raw flag",
-        Mode::NativeRr => "native",
-        Mode::EmulatedRr => "emulated",
-    };
-    match setup.rotate_every {
-        None => base.to_string(),
-        Some(r) => format!("{base} {}", r.name()),
-    }
-}
-
-/// The chart's legend entry for a mode, with what it is made of.
+/// The chart's legend entry for a mode: its name, as in the table, and its rotation in words.
 fn legend_name(setup: Setup) -> String {
-    match setup.mode {
-        Mode::Plain => "no flag: every waiter woken (herd)".into(),
-        Mode::NativeExclusive => "raw flag: EPOLLEXCLUSIVE alone".into(),
-        Mode::NativeRr => format!("herdless native (flag + turns{})", rotation_words(setup)),
-        Mode::EmulatedRr => format!("herdless emulated (token passing{})", rotation_words(setup)),
-    }
+    format!("{}{}", setup.name(), rotation_words(setup))
 }
 
 /// The lowest value a log axis of the bar panels shows: below it a figure is "none" at this
@@ -515,7 +674,7 @@ fn bars(
         .x_label_area_size(40)
         .y_label_area_size(64)
         .build_cartesian_2d(-0.5f64..modes.len() as f64 - 0.5, (low..high).log_scale())?;
-    let names: Vec<String> = modes.iter().map(|&m| chart_name(m)).collect();
+    let names: Vec<String> = modes.iter().map(|&m| m.name()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -528,6 +687,7 @@ fn bars(
                 String::new()
             }
         })
+        .x_label_style(("sans-serif", 12))
         .y_label_formatter(&|y| format!("{y}"))
         .y_desc(y_title)
         .x_desc("a value with no bar is below the axis")
@@ -656,6 +816,28 @@ fn distribution(
             });
     }
     draw_legend(&mut chart)
+}
+
+/// A figure of the verdict: about three significant digits.
+fn fig(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// `a` as a multiple of `b`: "× 4.20", "× 0.006"; "× ?" when `b` is 0.
+fn times(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("× {}", fig(a / b))
+    } else {
+        String::from("× ?")
+    }
 }
 
 /// A bar's value in a few characters.

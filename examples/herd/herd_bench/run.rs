@@ -41,28 +41,61 @@ const ASLEEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a row may run beyond its producer time cap before the watchdog ends the process.
 const WATCHDOG_GRACE: Duration = Duration::from_secs(90);
 
-/// How the waiters wait: each mode is one row of the table.
+/// How the waiters wait: each mode is one row of the table. The names are the README's; the
+/// lab's earlier names (`plain`, `native-exclusive`, `native-rr`, `emulated-rr`) are accepted
+/// by `--modes` as aliases. (Serialized with these kebab-case names for exec'd waiters only:
+/// the JSON report writes `Mode::name`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// The `polling` crate used plainly: one Poller per waiter, level mode, no exclusivity.
+    /// No flag: the `polling` crate used plainly, one Poller per waiter, level mode, no
+    /// exclusivity (the herd).
+    #[value(name = "no-flag", alias = "plain")]
     Plain,
-    /// herdless native, raw `EPOLLEXCLUSIVE`: no rotation (`rotate_every(0)`).
+    /// The raw flag: `EPOLLEXCLUSIVE` alone, herdless native with no rotation
+    /// (`rotate_every(0)`).
+    #[value(name = "raw-flag", alias = "native-exclusive")]
     NativeExclusive,
-    /// herdless native, exclusive + one event round robin, rotation as `--rotate-every` says
+    /// herdless native: exclusive + one event round robin, rotation as `--rotate-every` says
     /// (default: the library's default, `Rotation::Adaptive`).
+    #[value(name = "herdless-native", alias = "native-rr")]
     NativeRr,
     /// herdless emulated (token passing), exclusive + one event round robin, rotation likewise.
+    #[value(name = "herdless-emulated", alias = "emulated-rr")]
     EmulatedRr,
 }
 
 impl Mode {
+    /// The mode's one name, as the README, the table, the JSON and the chart write it.
     pub fn name(self) -> &'static str {
         match self {
-            Mode::Plain => "plain",
-            Mode::NativeExclusive => "native-exclusive",
-            Mode::NativeRr => "native-rr",
-            Mode::EmulatedRr => "emulated-rr",
+            Mode::Plain => "no flag",
+            Mode::NativeExclusive => "raw flag",
+            Mode::NativeRr => "herdless native",
+            Mode::EmulatedRr => "herdless emulated",
+        }
+    }
+
+    /// What the mode is, in one line (the legend under the table).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Mode::Plain => {
+                "the `polling` crate used plainly, one poller per waiter, no exclusivity: \
+                 every waiter is woken (`--modes no-flag`, formerly `plain`)"
+            }
+            Mode::NativeExclusive => {
+                "EPOLLEXCLUSIVE alone (herdless native, `rotate_every(0)`): one waiter woken, \
+                 no turns (`raw-flag`, formerly `native-exclusive`)"
+            }
+            Mode::NativeRr => {
+                "EPOLLEXCLUSIVE + herdless's one-event round robin, under the library's \
+                 default `Rotation::Adaptive` (`herdless-native`, formerly `native-rr`)"
+            }
+            Mode::EmulatedRr => {
+                "herdless's token passing, no kernel flag, same rotation; members next in line \
+                 spin, yielding, up to 50 µs per hand-off under a backlog \
+                 (`herdless-emulated`, formerly `emulated-rr`)"
+            }
         }
     }
 
@@ -71,7 +104,7 @@ impl Mode {
         matches!(self, Mode::NativeRr | Mode::EmulatedRr)
     }
 
-    /// The group the waiters join (none for `plain`): anonymous, or for exec'd waiters named
+    /// The group the waiters join (none for no flag): anonymous, or for exec'd waiters named
     /// (its name removed when the row ends); or why this system cannot run the mode.
     fn group(
         self,
@@ -177,19 +210,37 @@ impl Serialize for Rotate {
 
 /// What one line of the table compares: a mode, and for the herdless round-robin modes the
 /// rotation setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Setup {
     pub mode: Mode,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rotate_every: Option<Rotate>,
     /// How process waiters were started (none for threads).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub spawn: Option<Spawn>,
 }
 
+/// In the JSON: `mode` is the mode's one name (`herdless native`), `setup` the table's name of
+/// the line (`herdless native/1 (exec)`), then `rotate_every` and `spawn` where they apply.
+impl Serialize for Setup {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let fields =
+            2 + usize::from(self.rotate_every.is_some()) + usize::from(self.spawn.is_some());
+        let mut s = serializer.serialize_struct("Setup", fields)?;
+        s.serialize_field("mode", self.mode.name())?;
+        s.serialize_field("setup", &self.name())?;
+        if let Some(r) = &self.rotate_every {
+            s.serialize_field("rotate_every", r)?;
+        }
+        if let Some(spawn) = &self.spawn {
+            s.serialize_field("spawn", spawn)?;
+        }
+        s.end()
+    }
+}
+
 impl Setup {
-    /// `native-rr` under the default rotation, `native-rr/1` under `--rotate-every 1`;
-    /// `(exec)` after it for exec'd waiters.
+    /// `herdless native` under the default rotation, `herdless native/1` under
+    /// `--rotate-every 1`; `(exec)` after it for exec'd waiters.
     pub fn name(self) -> String {
         let name = match self.rotate_every {
             None | Some(Rotate::Adaptive) => self.mode.name().to_string(),
@@ -268,6 +319,9 @@ pub struct Measured {
     pub kernel_wakeups: u64,
     /// Reads that found nothing.
     pub empty_wakeups: u64,
+    /// CPU time (user + system) of all waiters, in seconds, over the same window as the
+    /// kernel wake-ups.
+    pub cpu_seconds: f64,
     /// Data messages read by each waiter, in join order.
     pub per_waiter: Vec<u64>,
     /// The message queue's depth (mq_maxmsg), for the mq workload.
@@ -280,6 +334,8 @@ struct Tally {
     messages: u64,
     empty: u64,
     switches: u64,
+    /// CPU time (user + system) in nanoseconds.
+    cpu_ns: u64,
 }
 
 /// Runs one row.
@@ -351,8 +407,9 @@ fn run_threads(
     finish(written, totals, board, channel.mq_depth)
 }
 
-/// A child's report: index, messages, empty wake-ups, switches; index `u64::MAX` if it failed.
-const RECORD_BYTES: usize = 32;
+/// A child's report: index, messages, empty wake-ups, switches, CPU ns; index `u64::MAX` if it
+/// failed.
+const RECORD_BYTES: usize = 40;
 
 fn run_processes(
     spec: &RowSpec,
@@ -434,12 +491,12 @@ fn run_processes(
 /// A child's report on the results pipe (index `u64::MAX` if it failed).
 fn report(results: RawFd, index: usize, record: std::thread::Result<Result<Tally, Refusal>>) {
     let fields = match record {
-        Ok(Ok(t)) => [index as u64, t.messages, t.empty, t.switches],
+        Ok(Ok(t)) => [index as u64, t.messages, t.empty, t.switches, t.cpu_ns],
         Ok(Err(e)) => {
             eprintln!("waiter {index}: {e:?}");
-            [u64::MAX, 0, 0, 0]
+            [u64::MAX, 0, 0, 0, 0]
         }
-        Err(_) => [u64::MAX, 0, 0, 0],
+        Err(_) => [u64::MAX, 0, 0, 0, 0],
     };
     let bytes: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
     let _ = write_all(results, &bytes);
@@ -540,6 +597,7 @@ fn parent(
             messages: field(1),
             empty: field(2),
             switches: field(3),
+            cpu_ns: field(4),
         };
         totals.add(field(0) as usize, &tally);
     }
@@ -589,6 +647,7 @@ struct Totals {
     per_waiter: Vec<u64>,
     kernel_wakeups: u64,
     empty_wakeups: u64,
+    cpu_ns: u64,
 }
 
 impl Totals {
@@ -597,6 +656,7 @@ impl Totals {
             per_waiter: vec![0; waiters],
             kernel_wakeups: 0,
             empty_wakeups: 0,
+            cpu_ns: 0,
         }
     }
 
@@ -604,6 +664,7 @@ impl Totals {
         self.per_waiter[index] = tally.messages;
         self.kernel_wakeups += tally.switches;
         self.empty_wakeups += tally.empty;
+        self.cpu_ns += tally.cpu_ns;
     }
 }
 
@@ -627,6 +688,7 @@ fn finish(
         seconds: end_ns.saturating_sub(written.start_ns) as f64 / 1e9,
         kernel_wakeups: totals.kernel_wakeups,
         empty_wakeups: totals.empty_wakeups,
+        cpu_seconds: totals.cpu_ns as f64 / 1e9,
         per_waiter: totals.per_waiter,
         mq_depth,
     })
@@ -833,14 +895,15 @@ fn member_loop(
     work: Duration,
     board: &AtomicU64,
 ) -> io::Result<Tally> {
-    let start_switches = switches();
+    let (start_switches, start_cpu) = (switches(), cpu_ns());
     let mut tally = Tally::default();
-    // Switches at the first wake-up after the last data message was read: the window's end.
+    // Switches and CPU time at the first wake-up after the last data message was read: the
+    // window's end.
     let mut at_drain = None;
     loop {
         let key = member.wait()?;
         if at_drain.is_none() && board.load(SeqCst) != 0 {
-            at_drain = Some(switches());
+            at_drain = Some((switches(), cpu_ns()));
         }
         let Some(key) = key else { continue };
         if key == STOP_KEY {
@@ -863,12 +926,28 @@ fn member_loop(
             Read::Empty => {}
         }
     }
-    tally.switches = at_drain.unwrap_or_else(switches) - start_switches;
+    let (end_switches, end_cpu) = at_drain.unwrap_or_else(|| (switches(), cpu_ns()));
+    tally.switches = end_switches - start_switches;
+    tally.cpu_ns = end_cpu.saturating_sub(start_cpu);
     Ok(tally)
 }
 
 fn switches() -> u64 {
     herdless::counters::thread_voluntary_switches().unwrap_or(0)
+}
+
+/// CPU time (user + system) of the calling thread so far, in nanoseconds:
+/// `getrusage(RUSAGE_THREAD)`, which in a single-threaded waiter process (forked or exec'd) is
+/// the process's figure, as for the switches.
+fn cpu_ns() -> u64 {
+    // SAFETY: rusage is plain data; getrusage fills it or fails.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `who` and a pointer to a live rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return 0;
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every thread and process of the run.

@@ -380,14 +380,18 @@ fn herd_pipe_and_mq_run_exec_d_waiters() {
         command
             .args([workload, "--spawn", "exec", "--waiters", "3"])
             .args(["--messages", "300", "--rotate-every", "1"])
-            .args(["--modes", "plain,native-rr,emulated-rr"])
+            .args(["--modes", "no-flag,herdless-native,herdless-emulated"])
             .arg("--json")
             .arg(dir.join("rows.json"))
             .arg("--svg")
             .arg(dir.join("chart.svg"));
         let (ok, stdout, _, pid) = run_with_pid(command);
         assert!(ok, "{workload}: every row ran");
-        for setup in ["plain (exec)", "native-rr/1 (exec)", "emulated-rr/1 (exec)"] {
+        for setup in [
+            "no flag (exec)",
+            "herdless native/1 (exec)",
+            "herdless emulated/1 (exec)",
+        ] {
             assert!(
                 stdout.contains(&format!("- {workload} {setup} W=3: [")),
                 "{workload} {setup}: {stdout}"
@@ -459,5 +463,206 @@ fn a_failed_exec_row_removes_its_named_group() {
     assert!(!ok, "no row ran: the command fails");
     assert!(stderr.contains("none of the 2 rows ran"), "{stderr}");
     assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("herdless-lab-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// An output path that cannot be used fails the command before the first row runs: one line
+/// on stderr naming the flag and the path, nothing on stdout, and the missing directory is not
+/// made. Checked for `herd pipe`, `herd mq` and the main job (no subcommand), for `--json` and
+/// `--svg`.
+#[test]
+fn herd_output_paths_are_checked_before_the_first_row() {
+    let dir = scratch("paths");
+    let missing = dir.join("missing").join("deeper");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let good_json = dir.join("rows.json");
+    let good_svg = dir.join("chart.svg");
+    let bad: Vec<(&str, PathBuf)> = vec![
+        ("--json", missing.join("x.json")),
+        ("--svg", missing.join("x.svg")),
+        // Its directory is a regular file.
+        ("--json", file.join("x.json")),
+        // A directory, not a file.
+        ("--svg", dir.clone()),
+    ];
+    for workload in [Some("pipe"), Some("mq"), None] {
+        for (flag, path) in &bad {
+            let mut command = Command::new(herd());
+            command.args(workload);
+            if workload.is_some() {
+                // Small rows, should the check not stop them.
+                command.args(["--waiters", "1", "--messages", "10"]);
+            }
+            let (json, svg) = match *flag {
+                "--json" => (path.as_path(), good_svg.as_path()),
+                _ => (good_json.as_path(), path.as_path()),
+            };
+            command.arg("--json").arg(json).arg("--svg").arg(svg);
+            let out = command.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            println!("{workload:?} {flag} {}: {stderr}", path.display());
+            assert!(!out.status.success(), "{flag} {}: fails", path.display());
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(lines.len(), 1, "one line, before any row ran: {stderr}");
+            assert!(
+                lines[0].contains(flag) && lines[0].contains(&*path.to_string_lossy()),
+                "names the flag and the path: {}",
+                lines[0]
+            );
+            assert!(stdout.trim().is_empty(), "no row ran: {stdout}");
+            assert!(!good_json.exists() && !good_svg.exists(), "nothing written");
+        }
+    }
+    assert!(!dir.join("missing").exists(), "the directory was not made");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every mode of `herd pipe` in a small run, given by its earlier `--modes` names: the table,
+/// the per-waiter lines and the JSON use the README's names; the table has the CPU column and
+/// is followed by the legend of the modes; the run ends with the verdict (herd, herdless
+/// against no flag, native against emulated); the JSON has the CPU fields for every row.
+#[test]
+fn herd_names_modes_as_the_readme_with_cpu_legend_and_verdict() {
+    let dir = scratch("names");
+    let (json, svg) = (dir.join("rows.json"), dir.join("chart.svg"));
+    let out = Command::new(herd())
+        .args(["pipe", "--waiters", "1,3", "--messages", "300"])
+        .args(["--modes", "plain,native-exclusive,native-rr,emulated-rr"])
+        .args(["--rotate-every", "adaptive,1"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--svg")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "every row ran");
+    let header = stdout
+        .lines()
+        .find(|l| l.starts_with("| workload"))
+        .expect("a table");
+    let columns: Vec<&str> = header.split('|').map(str::trim).collect();
+    let cpu = columns
+        .iter()
+        .position(|c| *c == "CPU µs/msg")
+        .unwrap_or_else(|| panic!("a CPU column: {header}"));
+    let names = [
+        "no flag",
+        "raw flag",
+        "herdless native",
+        "herdless native/1",
+        "herdless emulated",
+        "herdless emulated/1",
+    ];
+    for name in names {
+        for w in ["1", "3"] {
+            let row = stdout
+                .lines()
+                .find(|l| {
+                    let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                    cells.len() > 3 && cells[1] == "pipe" && cells[2] == name && cells[3] == w
+                })
+                .unwrap_or_else(|| panic!("a row {name} W={w}: {stdout}"));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let figure: f64 = cells[cpu]
+                .parse()
+                .unwrap_or_else(|_| panic!("a CPU figure: {row}"));
+            assert!(figure.is_finite() && figure >= 0.0, "{row}");
+            assert!(
+                stdout.contains(&format!("- pipe {name} W={w}: ")),
+                "per-waiter line of {name}: {stdout}"
+            );
+        }
+    }
+    for old in ["plain", "native-exclusive", "native-rr", "emulated-rr"] {
+        for l in stdout.lines() {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            assert!(
+                !(cells.len() > 2 && cells[2].starts_with(old)),
+                "no row under an old name ({old}): {l}"
+            );
+            assert!(
+                !l.starts_with(&format!("- pipe {old}")),
+                "no per-waiter line under an old name: {l}"
+            );
+        }
+    }
+    // The legend: one line per mode, right under the table.
+    let legend = stdout
+        .split("\nModes:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a legend: {stdout}"));
+    for name in [
+        "no flag",
+        "raw flag",
+        "herdless native",
+        "herdless emulated",
+    ] {
+        assert!(
+            legend
+                .lines()
+                .any(|l| l.starts_with(&format!("- {name}: "))),
+            "the legend explains {name}: {legend}"
+        );
+    }
+    // The verdict ends the output, computed from the run.
+    let verdict = stdout
+        .split("### Verdict")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a verdict: {stdout}"));
+    let said: Vec<&str> = verdict
+        .lines()
+        .filter(|l| l.starts_with("- pipe"))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|l| l.contains("the herd") && l.contains("3 waiters")),
+        "{verdict}"
+    );
+    assert!(
+        said.iter()
+            .any(|l| l.starts_with("- pipe, herdless native at W=3") && l.contains("no flag")),
+        "{verdict}"
+    );
+    assert!(
+        said.iter()
+            .any(|l| l.contains("native against emulated") && l.contains("CPU")),
+        "{verdict}"
+    );
+    // The JSON: the same names, the CPU of every row.
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = file["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 12, "6 setups × 2 waiter counts");
+    for row in rows {
+        let mode = row["mode"].as_str().expect("a mode name");
+        assert!(names[..].contains(&mode), "{row}");
+        let setup = row["setup"].as_str().expect("a setup name");
+        assert!(names[..].contains(&setup), "{row}");
+        let cpu = row["cpu_us_per_message"].as_f64().expect("CPU per message");
+        let seconds = row["cpu_seconds"].as_f64().expect("CPU seconds");
+        assert!(cpu >= 0.0 && seconds >= 0.0, "{row}");
+    }
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    for name in [
+        "no flag",
+        "raw flag",
+        "herdless native/1",
+        "herdless emulated",
+    ] {
+        assert!(chart.contains(name), "the chart names {name}");
+    }
+    assert!(chart.contains("CPU"), "the chart has the CPU panel");
     let _ = std::fs::remove_dir_all(&dir);
 }

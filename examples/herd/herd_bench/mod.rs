@@ -247,6 +247,13 @@ fn check_output(
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "{flag} {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        ));
+    }
     if !dir.is_dir() {
         return Err(format!(
             "{flag} {}: directory {} does not exist (make it first; the lab does not)",

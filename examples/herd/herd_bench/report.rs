@@ -466,8 +466,8 @@ impl Report {
                         "against the raw flag {} the time, {} the CPU, Jain {} against {}",
                         times(time(herdless), time(raw)),
                         times(cpu(herdless), cpu(raw)),
-                        fig(herdless.jain().mean),
-                        fig(raw.jain().mean),
+                        format!("{:.3}", herdless.jain().mean),
+                        format!("{:.3}", raw.jain().mean),
                     ));
                 }
                 if said.is_empty() {

@@ -463,11 +463,11 @@ impl Report {
                 }
                 if let Some(raw) = raw {
                     said.push(format!(
-                        "against the raw flag {} the time, {} the CPU, Jain {} against {}",
+                        "against the raw flag {} the time, {} the CPU, Jain {:.3} against {:.3}",
                         times(time(herdless), time(raw)),
                         times(cpu(herdless), cpu(raw)),
-                        format!("{:.3}", herdless.jain().mean),
-                        format!("{:.3}", raw.jain().mean),
+                        herdless.jain().mean,
+                        raw.jain().mean,
                     ));
                 }
                 if said.is_empty() {

@@ -4,14 +4,20 @@
  * a report pipe), joins, and loops on herdless_poll() with
  * POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE on the queue, one mq_receive per event and
  * herdless_consumed() right after. The supervisor sends M requests (blocking when the queue is
- * full, as the seed's senders do), then one stop request per server, and prints what each
+ * full, as the seed's senders do); once the queue is empty it closes a stop pipe every server
+ * watches (plainly, not exclusive: the hang-up wakes them all), and prints what each
  * server served, the lost and duplicated requests, Jain's fairness index and the servers'
  * kernel wake-ups (voluntary context switches from the moment each was ready) per request;
  * then a RESULT line for scripts. The clock starts once every server sleeps in the kernel
  * (its state in /proc is S). Exit 0 only if every request was served exactly once.
  *
  * Usage: service_queue [--servers N] [--requests M] [--backend native|emulated|auto]
- *        (and, for the exec'd servers: service_queue serve GROUP QUEUE REPORT_FD INDEX)
+ *        (and, for the exec'd servers: service_queue serve GROUP QUEUE REPORT_FD STOP_FD INDEX)
+ *
+ * Why a stop pipe and not stop requests in the queue: a receive that moves a blocked sender's
+ * message into the full queue wakes no poller (the kernel's mq_receive), so a native server that
+ * left right after it would leave that message unannounced, and the others asleep. While servers
+ * stay, the one that received comes back to its wait and sees it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,7 +38,6 @@
 
 #include "herdless.h"
 
-#define STOP UINT64_MAX
 /* A report record fits in PIPE_BUF, so records of several servers never interleave. */
 #define IDS_PER_RECORD 500
 
@@ -65,7 +70,8 @@ static void write_all(int fd, const void *buf, size_t len) {
     }
 }
 
-static int serve(const char *group_name, const char *queue_name, int report, uint32_t index) {
+static int serve(const char *group_name, const char *queue_name, int report, int stop,
+                 uint32_t index) {
     struct herdless_group group;
     struct herdless_waiter waiter;
     int rc = herdless_group_open(group_name, NULL, &group); /* open only: the group's settings */
@@ -80,13 +86,17 @@ static int serve(const char *group_name, const char *queue_name, int report, uin
     char ready = 1;
     write_all(report, &ready, 1);
     for (;;) {
-        struct pollfd pfd = {.fd = (int)q, .events = POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE};
-        int n = herdless_poll(waiter, &pfd, 1, -1);
+        struct pollfd pfd[2] = {
+            {.fd = (int)q, .events = POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE},
+            {.fd = stop, .events = POLLIN},
+        };
+        int n = herdless_poll(waiter, pfd, 2, -1);
         if (n < 0) { /* -1 and errno, as poll(); the detail in herdless_last_error() */
             if (errno == EINTR) continue;
             die("herdless_poll", herdless_last_error());
         }
-        if (n == 0 || !(pfd.revents & POLLIN)) continue;
+        if (pfd[1].revents) break; /* the supervisor hung up: every request is served */
+        if (n == 0 || !(pfd[0].revents & POLLIN)) continue;
         uint64_t id;
         ssize_t got = mq_receive(q, (char *)&id, sizeof id, NULL);
         herdless_consumed(waiter, (size_t)q);
@@ -94,7 +104,6 @@ static int serve(const char *group_name, const char *queue_name, int report, uin
             if (errno == EAGAIN) { empty++; continue; }
             die("mq_receive", 0);
         }
-        if (id == STOP) break;
         rec.ids[rec.count++] = id;
         if (rec.count == IDS_PER_RECORD) {
             write_all(report, &rec, sizeof rec);
@@ -127,8 +136,8 @@ static int asleep(pid_t pid) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 6 && strcmp(argv[1], "serve") == 0)
-        return serve(argv[2], argv[3], atoi(argv[4]), (uint32_t)atoi(argv[5]));
+    if (argc == 7 && strcmp(argv[1], "serve") == 0)
+        return serve(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), (uint32_t)atoi(argv[6]));
     int servers = 100, backend = HERDLESS_BACKEND_AUTO;
     long requests = 20000;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -155,23 +164,27 @@ int main(int argc, char **argv) {
     mqd_t q = mq_open(queue_name, O_WRONLY | O_CREAT | O_EXCL, 0600, &attr);
     if (q == (mqd_t)-1) die("mq_open (create)", 0);
 
-    int report[2];
-    if (pipe(report) != 0) die("pipe", 0);
+    int report[2], stop[2];
+    if (pipe(report) != 0 || pipe(stop) != 0) die("pipe", 0);
     pid_t *pids = calloc((size_t)servers, sizeof *pids);
     for (int s = 0; s < servers; s++) {
         pid_t pid = fork();
         if (pid < 0) die("fork", 0);
         if (pid == 0) {
-            char fd_arg[16], index_arg[16];
+            char fd_arg[16], stop_arg[16], index_arg[16];
             snprintf(fd_arg, sizeof fd_arg, "%d", report[1]);
+            snprintf(stop_arg, sizeof stop_arg, "%d", stop[0]);
             snprintf(index_arg, sizeof index_arg, "%d", s);
             close(report[0]);
-            execl(argv[0], argv[0], "serve", group_name, queue_name, fd_arg, index_arg, (char *)NULL);
+            close(stop[1]);
+            execl(argv[0], argv[0], "serve", group_name, queue_name, fd_arg, stop_arg, index_arg,
+                  (char *)NULL);
             _exit(127);
         }
         pids[s] = pid;
     }
     close(report[1]);
+    close(stop[0]);
     for (int s = 0; s < servers; s++) {
         char b;
         if (read(report[0], &b, 1) != 1) die("a server did not start", 0);
@@ -183,9 +196,16 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (uint64_t id = 0; id < (uint64_t)requests; id++)
         if (mq_send(q, (const char *)&id, sizeof id, 0) != 0) die("mq_send", 0);
-    uint64_t stop = STOP;
-    for (int s = 0; s < servers; s++)
-        if (mq_send(q, (const char *)&stop, sizeof stop, 0) != 0) die("mq_send", 0);
+    /* Every request sent; once the queue is empty, every one was received: the hang-up ends
+     * the servers (bounded: 60 s). */
+    for (int i = 0; i < 60000; i++) {
+        struct mq_attr now;
+        if (mq_getattr(q, &now) != 0) die("mq_getattr", 0);
+        if (now.mq_curmsgs == 0) break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    close(stop[1]);
 
     unsigned char *seen = calloc((size_t)requests, 1);
     uint64_t *served = calloc((size_t)servers, sizeof *served);

@@ -34,6 +34,11 @@ impl GroupInner {
         live: crate::liveness::Liveness,
         name: Option<String>,
     ) -> Result<GroupInner> {
+        // The cached process id's fork handler is installed here, when the group is made
+        // (before any fork, as the group's contract asks), not first in a forked child's join:
+        // a child forked while another thread was installing it would wait on that `Once`
+        // for ever (seen: the door bells ask for the id at every join).
+        crate::pid::current();
         let settings = shared.settings();
         let emulation = match settings.backend {
             Backend::Emulated => Some(EmulatedGroup::new(shared.incarnation(), settings.capacity)?),

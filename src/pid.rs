@@ -18,29 +18,43 @@ pub(crate) fn current() -> u32 {
     if pid != 0 {
         return pid;
     }
-    // The handler is installed before the first id is cached, so no child can inherit a
-    // cached id without the handler clearing it.
-    install_fork_handler();
     let pid = std::process::id();
-    CACHED.store(pid, SeqCst);
+    // Cached only once the handler that forgets it in forked children is in place.
+    if fork_handler_installed() {
+        CACHED.store(pid, SeqCst);
+    }
     pid
 }
 
+/// Installs the fork child handler (once per process); is it in place? A caller that finds
+/// another thread installing it does not wait (a `Once` would: a child forked in that instant
+/// inherits it half-run and would wait for ever): it goes without the cache this time.
 #[cfg(unix)]
-fn install_fork_handler() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
+fn fork_handler_installed() -> bool {
+    use std::sync::atomic::AtomicU8;
+    const NONE: u8 = 0;
+    const INSTALLING: u8 = 1;
+    const INSTALLED: u8 = 2;
+    static STATE: AtomicU8 = AtomicU8::new(NONE);
     extern "C" fn forget_in_child() {
         CACHED.store(0, SeqCst);
     }
-    ONCE.call_once(|| {
-        // SAFETY: registers a handler that only stores to an atomic, which is
-        // async-signal-safe as a fork child handler must be.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
-    });
+    match STATE.compare_exchange(NONE, INSTALLING, SeqCst, SeqCst) {
+        Ok(_) => {
+            // SAFETY: registers a handler that only stores to an atomic, which is
+            // async-signal-safe as a fork child handler must be.
+            unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
+            STATE.store(INSTALLED, SeqCst);
+            true
+        }
+        Err(state) => state == INSTALLED,
+    }
 }
 
 #[cfg(not(unix))]
-fn install_fork_handler() {}
+fn fork_handler_installed() -> bool {
+    true
+}
 
 #[cfg(test)]
 mod tests {

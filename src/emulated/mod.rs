@@ -911,6 +911,9 @@ impl EmulatedWaiter {
                 rung = true;
                 continue;
             }
+            if ev.key > isize::MAX as usize {
+                continue; // the library's own (a death watch): not a registration's token
+            }
             let (fd, _) = registry::untoken(ev.key as u64);
             let Some(reg) = self
                 .registrations

@@ -233,6 +233,7 @@ pub(crate) fn still_names(_fd: RawSource, _id: FileId) -> bool {
 /// How many bits of a registration's generation a token keeps: tokens stay below 2^63, clear of
 /// the reserved keys at the top of the range (the door bell, the death watches, the native
 /// waiter's own eventfd).
+#[cfg(all(unix, target_pointer_width = "64"))]
 const GENERATION_BITS: u32 = 31;
 
 /// The kernel entry's data for a registration of descriptor `fd` made as `generation`: the
@@ -259,6 +260,7 @@ pub(crate) fn token_matches(token: u64, generation: u64) -> bool {
 /// Where a key is 32 bits (and on Windows, whose socket handles are not 32-bit numbers), the
 /// token is the number alone: a stale entry is told apart by its file, not by its token.
 #[cfg(not(all(unix, target_pointer_width = "64")))]
+#[allow(clippy::unnecessary_cast)] // a SOCKET is u64 on 64-bit Windows, not on 32-bit
 pub(crate) fn token(fd: RawSource, _generation: u64) -> u64 {
     fd as u64
 }

@@ -127,8 +127,11 @@ fn signals_do_not_break_a_wait(backend: Backend) {
     write_msg(tx.as_raw_fd(), 1);
     let (result, interrupted, mut waiter) = handle.join().unwrap();
     assert_eq!(result.unwrap(), Some(5));
+    // (Through `polling`'s poll(2) backend a signal ends no wait: `polling` retries.)
+    let through_polling = backend == Backend::Emulated && cfg!(polling_test_poll_backend);
+    let least = if through_polling { 0 } else { 1 };
     assert!(
-        (1..=20).contains(&interrupted),
+        (least..=20).contains(&interrupted),
         "{interrupted} interrupted waits for 20 signals"
     );
     assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(1)));

@@ -173,7 +173,11 @@ fn timeouts_under_alarms(backend: Backend, restart: bool) {
         late <= bound,
         "the loop ended {late:?} late (noise {noise:?})"
     );
-    assert!(figures.get(3).load(SeqCst) > 0, "no wait was interrupted");
+    // (Through `polling`'s poll(2) backend a signal ends no wait early: `polling` retries
+    // with the time left, so only the bounds above hold there.)
+    if !(backend == Backend::Emulated && cfg!(polling_test_poll_backend)) {
+        assert!(figures.get(3).load(SeqCst) > 0, "no wait was interrupted");
+    }
 }
 
 fn timeouts_under_alarms_no_restart(backend: Backend) {

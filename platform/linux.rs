@@ -78,6 +78,40 @@ pub(crate) fn probe() -> std::result::Result<(), String> {
         .clone()
 }
 
+/// Does `fd` name, in `epoll`, the very open file of its exclusive entry? Asked with an
+/// `EPOLL_CTL_MOD` that the kernel refuses for an exclusive entry (EINVAL, nothing changed)
+/// after it has looked the entry up by number *and* open file: EBADF for a closed number,
+/// ENOENT for a number that names another file now. Half the cost of an `fstat` here (0.24
+/// against 0.44 µs), and exact where (device, inode) is not (a pipe's two ends). Only for
+/// exclusive entries (a MOD of another would change it), and only where `mod_probe_works`.
+fn entry_is_live(epoll: &OwnedFd, fd: RawFd) -> bool {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: a live epoll descriptor and a live event; the kernel refuses to modify an
+    // exclusive entry, so nothing changes.
+    let res = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    res == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+}
+
+/// Does this kernel refuse an `EPOLL_CTL_MOD` of an exclusive entry with EINVAL, changing
+/// nothing (every kernel since 4.6; 4.5 modified it)? Asked once per process, with a real pipe.
+fn mod_probe_works() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let Ok(epoll) = new_epoll() else {
+            return false;
+        };
+        let mut fds = [0; 2];
+        if syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)).is_err() {
+            return false;
+        }
+        // SAFETY: pipe2 just returned these two descriptors; we own them from here.
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let flags = epoll_flags(Interest::READABLE.exclusive());
+        ctl(&epoll, libc::EPOLL_CTL_ADD, r.as_raw_fd(), flags, 0).is_ok()
+            && entry_is_live(&epoll, r.as_raw_fd())
+    })
+}
+
 fn new_epoll() -> io::Result<OwnedFd> {
     let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
     // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
@@ -304,12 +338,14 @@ impl NativeWaiter {
     /// Forgets the exclusive registrations whose numbers no longer name their files, and removes
     /// their entries (`rebuild`). Before each kernel wait: a stale exclusive entry in an epoll
     /// with a thread waiting would take the group's wake-ups for a file this member no longer
-    /// watches. One `fstat` per exclusive registration.
+    /// watches. One system call per exclusive registration: the kernel's own answer where it
+    /// has one (`entry_is_live`), else an `fstat`.
     fn drop_stale_exclusive(&mut self) -> Result<()> {
-        let stale = self
-            .exclusive
-            .iter()
-            .any(|fd| !registry::still_names(*fd, self.registrations[fd].file));
+        let probe = mod_probe_works();
+        let stale = self.exclusive.iter().any(|&fd| match probe {
+            true => !entry_is_live(&self.epoll, fd),
+            false => !registry::still_names(fd, self.registrations[&fd].file),
+        });
         if stale {
             self.rebuild()?;
         }

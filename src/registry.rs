@@ -16,7 +16,8 @@
 //!   kernel entry carries a `token` (generation and number), never the bare number, so an event
 //!   of a stale entry is told from one of a live registration under the same number;
 //! - before a member sleeps, its exclusive registrations are checked against their file (one
-//!   `fstat` each), and an event of any other registration when it is handed out: a number
+//!   system call each: natively an `EPOLL_CTL_MOD` the kernel refuses for a live exclusive entry,
+//!   else an `fstat`), and an event of any other registration when it is handed out: a number
 //!   closed or naming another file is forgotten, never reported;
 //! - a kernel entry that may be stale (its delete refused: `EBADF` or `ENOENT`) is removed by
 //!   rebuilding the member's kernel poll instance from its live registrations (the only way the

@@ -1383,7 +1383,7 @@ mod tests {
             !waiter.spin_for_release(tk, None),
             "leading A counted as a change for B"
         );
-        assert!(start.elapsed() < Duration::from_secs(1), "the spin overran");
+        assert!(start.elapsed() < Duration::from_secs(10), "the spin overran");
         let mut events = Events::with_capacity(4);
         let timeout = Duration::from_millis(100);
         let start = Instant::now();
@@ -1394,8 +1394,9 @@ mod tests {
             0
         );
         let took = start.elapsed();
+        // A hang detector, not a timing bound: a loaded machine may run it late.
         assert!(
-            took >= timeout && took < timeout + Duration::from_secs(1),
+            took >= timeout && took < timeout + Duration::from_secs(10),
             "wait({timeout:?}) took {took:?}"
         );
         waiter.leave(&inner.protocol());

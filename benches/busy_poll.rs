@@ -91,7 +91,11 @@ mod unix {
             if processes { "processes" } else { "threads" },
             shape.pace,
             shape.work,
-            if yields { "yield when a look finds nothing" } else { "never yield" },
+            if yields {
+                "yield when a look finds nothing"
+            } else {
+                "never yield"
+            },
         );
         let warm = Shape {
             messages: messages.min(500),
@@ -186,7 +190,9 @@ mod unix {
         } else {
             Duration::from_millis(100)
         });
-        waiter.add(unsafe_borrow(rx), 0, Interest::READABLE.exclusive()).unwrap();
+        waiter
+            .add(unsafe_borrow(rx), 0, Interest::READABLE.exclusive())
+            .unwrap();
         let mut events = Events::with_capacity(4);
         while total.load(SeqCst) < messages {
             if waiter.wait(&mut events, timeout).unwrap() == 0 {

@@ -579,7 +579,13 @@ impl NativeWaiter {
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
         }
-        self.drop_stale_exclusive()?;
+        // A look that does not sleep lets no stale entry take a wake-up (only an epoll with a
+        // thread waiting stops the kernel's walk): its exclusive events are checked one by one
+        // instead, which costs a busy poller nothing while there are none.
+        let looking = timeout == Some(Duration::ZERO);
+        if !looking {
+            self.drop_stale_exclusive()?;
+        }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let max = self
@@ -629,9 +635,15 @@ impl NativeWaiter {
                     stale = true; // an entry no live registration has (see `crate::registry`)
                     continue;
                 };
-                // An exclusive registration was checked before the wait; another is checked
-                // now, when it is handed out.
-                if !reg.interest.is_exclusive() && !registry::still_names(fd, reg.file) {
+                // An exclusive registration was checked before the wait (unless this is a look);
+                // another is checked now, when it is handed out.
+                let live = match reg.interest.is_exclusive() {
+                    false => registry::still_names(fd, reg.file),
+                    true if !looking => true,
+                    true if mod_probe_works() => entry_is_live(&self.epoll, fd),
+                    true => registry::still_names(fd, reg.file),
+                };
+                if !live {
                     self.forget(fd);
                     stale = true;
                     continue;

@@ -1383,7 +1383,10 @@ mod tests {
             !waiter.spin_for_release(tk, None),
             "leading A counted as a change for B"
         );
-        assert!(start.elapsed() < Duration::from_secs(10), "the spin overran");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the spin overran"
+        );
         let mut events = Events::with_capacity(4);
         let timeout = Duration::from_millis(100);
         let start = Instant::now();

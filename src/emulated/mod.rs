@@ -428,7 +428,8 @@ impl EmulatedWaiter {
                 reg.claims_seen = claims;
             }
             // A number that no longer names its file is never watched (its entry may be
-            // stale, and would take the group's wake-ups): forgotten below.
+            // stale, and would report the old file's readiness, for which this member would
+            // claim the source): forgotten below, its token passed on.
             if (want || reg.in_poller) && !registry::still_names(fd, reg.file) {
                 changes.push((fd, false));
                 self.stale.push(fd);

@@ -305,7 +305,8 @@ impl NativeWaiter {
     }
 
     /// Replaces the member's epoll instance with a new one holding its live registrations (and
-    /// its eventfd), and forgets those whose number no longer names their file. Closing the old
+    /// its eventfd), under the same descriptor number, and forgets those whose number no longer
+    /// names their file. Closing the old
     /// instance removes every stale entry in it: the only way to remove an entry whose number
     /// was closed or reused while its file stays open elsewhere (see `crate::registry`).
     /// Costs one `epoll_ctl` and one `fstat` per registration; done only when a stale entry
@@ -331,7 +332,15 @@ impl NativeWaiter {
                 self.forget(fd);
             }
         }
-        self.epoll = epoll; // the old instance, and every stale entry in it, closes here
+        // The new instance takes the old one's number (and the old instance, with every stale
+        // entry in it, closes): the waiter's descriptor numbers stay what they were, so a
+        // program that counts on the lowest free number (close, then open) sees no change.
+        syscall!(dup3(
+            epoll.as_raw_fd(),
+            self.epoll.as_raw_fd(),
+            libc::O_CLOEXEC
+        ))
+        .map_err(|e| Error::io("rebuilding the waiter's epoll", e))?;
         Ok(())
     }
 

@@ -215,6 +215,9 @@ pub(crate) struct NativeWaiter {
 
 impl NativeWaiter {
     pub(crate) fn new(shared: Arc<SharedState>, rotation: Rotation) -> Result<NativeWaiter> {
+        // Asked now, at join: the first `wait`s of threads that join together would otherwise
+        // block on one another's first asking (a futex wait: a kernel wake-up of their own).
+        mod_probe_works();
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
         let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
             .map_err(|e| Error::io("creating the waiter's eventfd", e))?;

@@ -1205,16 +1205,17 @@ impl EmulatedWaiter {
             Arc::new(Poller::new().map_err(|e| Error::io("rebuilding the member's poller", e))?);
         #[cfg(not(loom))]
         if let Some(bell) = &self.bell {
-            // SAFETY: as in `new`: the bell is this waiter's, and `leave` deletes it from the
-            // poller (this new one, by then) before it drops it.
-            unsafe {
-                poller
-                    .add_with_mode(
-                        &bell.watch(),
+            for fd in bell.watch() {
+                // SAFETY: as in `new`: the bell is this waiter's, and `leave` deletes it from
+                // the poller (this new one, by then) before it drops it.
+                unsafe {
+                    poller.add_with_mode(
+                        &fd,
                         polling::Event::readable(DOORBELL_KEY),
                         PollMode::Level,
                     )
-                    .map_err(|e| Error::io("watching the member's door bell", e))?;
+                }
+                .map_err(|e| Error::io("watching the member's door bell", e))?;
             }
         }
         self.deaths.clear(&self.poller);

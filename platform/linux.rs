@@ -33,8 +33,13 @@ use std::time::{Duration, Instant};
 use crate::contract::{Rotation, ADAPTIVE_BATCH};
 use crate::error::{Error, Result};
 use crate::interest::{Event, Events, Interest};
-use crate::registry::{self, Registry};
+use crate::registry::{self, FileId, Registry};
 use crate::shared::{MemberSlot, SharedState};
+
+/// The kernel entry's data for registration `gen` of `fd` (see `crate::registry`).
+fn token(fd: RawFd, gen: u64) -> u64 {
+    registry::token(fd, gen)
+}
 
 /// Turns a `-1` return into the thread's `errno`.
 macro_rules! syscall {
@@ -71,6 +76,40 @@ pub(crate) fn probe() -> std::result::Result<(), String> {
             })
         })
         .clone()
+}
+
+/// Does `fd` name, in `epoll`, the very open file of its exclusive entry? Asked with an
+/// `EPOLL_CTL_MOD` that the kernel refuses for an exclusive entry (EINVAL, nothing changed)
+/// after it has looked the entry up by number *and* open file: EBADF for a closed number,
+/// ENOENT for a number that names another file now. Half the cost of an `fstat` here (0.24
+/// against 0.44 µs), and exact where (device, inode) is not (a pipe's two ends). Only for
+/// exclusive entries (a MOD of another would change it), and only where `mod_probe_works`.
+fn entry_is_live(epoll: &OwnedFd, fd: RawFd) -> bool {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: a live epoll descriptor and a live event; the kernel refuses to modify an
+    // exclusive entry, so nothing changes.
+    let res = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+    res == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+}
+
+/// Does this kernel refuse an `EPOLL_CTL_MOD` of an exclusive entry with EINVAL, changing
+/// nothing (every kernel since 4.6; 4.5 modified it)? Asked once per process, with a real pipe.
+fn mod_probe_works() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let Ok(epoll) = new_epoll() else {
+            return false;
+        };
+        let mut fds = [0; 2];
+        if syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)).is_err() {
+            return false;
+        }
+        // SAFETY: pipe2 just returned these two descriptors; we own them from here.
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let flags = epoll_flags(Interest::READABLE.exclusive());
+        ctl(&epoll, libc::EPOLL_CTL_ADD, r.as_raw_fd(), flags, 0).is_ok()
+            && entry_is_live(&epoll, r.as_raw_fd())
+    })
 }
 
 fn new_epoll() -> io::Result<OwnedFd> {
@@ -129,6 +168,11 @@ fn is_epoll(fd: RawFd) -> bool {
 struct Registration {
     key: usize,
     interest: Interest,
+    /// The file the descriptor named when it was registered (see `crate::registry`: a number
+    /// that no longer names it is forgotten).
+    file: FileId,
+    /// This registration's generation: its kernel entry's data is `registry::token(fd, gen)`.
+    gen: u64,
     /// Events of this (exclusive) descriptor handed out since its entry last went to the tail.
     handed: u32,
     /// The group's count of handed exclusive events (`native_handed`) just after this member
@@ -152,8 +196,14 @@ pub(crate) struct NativeWaiter {
     /// The group's shared state, for the count of members inside their wait (see
     /// `nobody_to_hand_to`) and the stream's timing.
     shared: Arc<SharedState>,
-    /// Registered descriptors by number. Invariant: exactly these are in `epoll`.
+    /// Registered descriptors by number. Invariant: each is in `epoll` with its token; `epoll`
+    /// may also hold entries of numbers closed since (stale, see `crate::registry`), which
+    /// `rebuild` removes.
     registrations: Registry<Registration>,
+    /// The exclusive ones among them, checked against their files before each kernel wait.
+    exclusive: Vec<RawFd>,
+    /// The generation of the next registration.
+    next_gen: u64,
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
@@ -165,6 +215,9 @@ pub(crate) struct NativeWaiter {
 
 impl NativeWaiter {
     pub(crate) fn new(shared: Arc<SharedState>, rotation: Rotation) -> Result<NativeWaiter> {
+        // Asked now, at join: the first `wait`s of threads that join together would otherwise
+        // block on one another's first asking (a futex wait: a kernel wake-up of their own).
+        mod_probe_works();
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
         let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
             .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
@@ -184,6 +237,8 @@ impl NativeWaiter {
             rotation,
             shared,
             registrations: Registry::new(),
+            exclusive: Vec::new(),
+            next_gen: 1,
             rotate_pending: Vec::new(),
             buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             total_handed: 0,
@@ -191,28 +246,52 @@ impl NativeWaiter {
     }
 
     pub(crate) fn add(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        // No look at `registrations` first: the kernel knows best. EEXIST means registered;
-        // success over a recorded number means the old descriptor was closed (the kernel dropped
-        // its entry) and the number reused, so the old record goes.
-        ctl(
-            &self.epoll,
-            libc::EPOLL_CTL_ADD,
-            fd,
-            epoll_flags(interest),
-            fd as u64,
-        )
-        .map_err(|e| refusal(fd, e, "adding a descriptor to epoll"))?;
-        self.forget(fd);
-        self.insert(fd, key, interest);
+        let file = registry::file_id(fd).ok_or(Error::BadDescriptor { fd })?;
+        let old = self.registrations.get(&fd).copied();
+        if old.is_some_and(|old| old.file == file) {
+            return Err(Error::AlreadyRegistered { fd });
+        }
+        let gen = self.next_gen;
+        let flags = epoll_flags(interest);
+        let mut res = ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, gen));
+        if res
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST))
+        {
+            // An entry of this very file under this number, from a registration forgotten since
+            // (its number was closed, then the file came back to it): stale, so start afresh.
+            self.rebuild()?;
+            res = ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, gen));
+        }
+        res.map_err(|e| refusal(fd, e, "adding a descriptor to epoll"))?;
+        // A record of another file under this number: that file's number was closed (or
+        // `dup2`'d over) without `delete`. Its entry lives on if the file is open elsewhere,
+        // and an exclusive one would take the group's wake-ups: removed now.
+        if let Some(old) = old {
+            self.forget(fd);
+            self.insert(fd, key, interest, file);
+            if old.interest.is_exclusive() {
+                self.rebuild()?;
+            }
+            return Ok(());
+        }
+        self.insert(fd, key, interest, file);
         Ok(())
     }
 
-    fn insert(&mut self, fd: RawFd, key: usize, interest: Interest) {
+    fn insert(&mut self, fd: RawFd, key: usize, interest: Interest, file: FileId) {
+        let gen = self.next_gen;
+        self.next_gen += 1;
+        if interest.is_exclusive() {
+            self.exclusive.push(fd);
+        }
         self.registrations.insert(
             fd,
             Registration {
                 key,
                 interest,
+                file,
+                gen,
                 handed: 0,
                 mark: 0,
             },
@@ -222,7 +301,67 @@ impl NativeWaiter {
     fn forget(&mut self, fd: RawFd) -> Option<Registration> {
         let old = self.registrations.remove(fd)?;
         self.rotate_pending.retain(|&p| p != fd);
+        if old.interest.is_exclusive() {
+            self.exclusive.retain(|&x| x != fd);
+        }
         Some(old)
+    }
+
+    /// Replaces the member's epoll instance with a new one holding its live registrations (and
+    /// its eventfd), under the same descriptor number, and forgets those whose number no longer
+    /// names their file. Closing the old
+    /// instance removes every stale entry in it: the only way to remove an entry whose number
+    /// was closed or reused while its file stays open elsewhere (see `crate::registry`).
+    /// Costs one `epoll_ctl` and one `fstat` per registration; done only when a stale entry
+    /// may exist.
+    fn rebuild(&mut self) -> Result<()> {
+        let epoll = new_epoll().map_err(|e| Error::io("rebuilding the waiter's epoll", e))?;
+        let wake = self.wake.as_raw_fd();
+        ctl(
+            &epoll,
+            libc::EPOLL_CTL_ADD,
+            wake,
+            libc::EPOLLIN as u32,
+            WAKE_DATA,
+        )
+        .map_err(|e| Error::io("registering the waiter's eventfd", e))?;
+        let fds: Vec<RawFd> = self.registrations.keys().copied().collect();
+        for fd in fds {
+            let reg = self.registrations[&fd];
+            let flags = epoll_flags(reg.interest);
+            let live = registry::still_names(fd, reg.file)
+                && ctl(&epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, reg.gen)).is_ok();
+            if !live {
+                self.forget(fd);
+            }
+        }
+        // The new instance takes the old one's number (and the old instance, with every stale
+        // entry in it, closes): the waiter's descriptor numbers stay what they were, so a
+        // program that counts on the lowest free number (close, then open) sees no change.
+        syscall!(dup3(
+            epoll.as_raw_fd(),
+            self.epoll.as_raw_fd(),
+            libc::O_CLOEXEC
+        ))
+        .map_err(|e| Error::io("rebuilding the waiter's epoll", e))?;
+        Ok(())
+    }
+
+    /// Forgets the exclusive registrations whose numbers no longer name their files, and removes
+    /// their entries (`rebuild`). Before each kernel wait: a stale exclusive entry in an epoll
+    /// with a thread waiting would take the group's wake-ups for a file this member no longer
+    /// watches. One system call per exclusive registration: the kernel's own answer where it
+    /// has one (`entry_is_live`), else an `fstat`.
+    fn drop_stale_exclusive(&mut self) -> Result<()> {
+        let probe = mod_probe_works();
+        let stale = self.exclusive.iter().any(|&fd| match probe {
+            true => !entry_is_live(&self.epoll, fd),
+            false => !registry::still_names(fd, self.registrations[&fd].file),
+        });
+        if stale {
+            self.rebuild()?;
+        }
+        Ok(())
     }
 
     pub(crate) fn modify(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
@@ -238,29 +377,43 @@ impl NativeWaiter {
                 |w, key, interest| w.add(fd, key, interest),
             );
         }
-        ctl(
+        let gen = self.next_gen;
+        if let Err(e) = ctl(
             &self.epoll,
             libc::EPOLL_CTL_MOD,
             fd,
             epoll_flags(interest),
-            fd as u64,
-        )
-        .map_err(|e| refusal(fd, e, "modifying a descriptor in epoll"))?;
+            token(fd, gen),
+        ) {
+            if registry::maybe_stale(&e) {
+                // Closed or reused: the registration is gone (its entry, if it lives on, is
+                // removed when it fires: it is not exclusive).
+                self.forget(fd);
+            }
+            return Err(refusal(fd, e, "modifying a descriptor in epoll"));
+        }
         self.forget(fd);
-        self.insert(fd, key, interest);
+        self.insert(fd, key, interest, old.file);
         Ok(())
     }
 
     pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
-        self.registrations.registered(fd)?;
+        let reg = *self.registrations.registered(fd)?;
         match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
-            // ENOENT: the descriptor was closed and the kernel already forgot it.
-            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
-                return Err(refusal(fd, e, "deleting a descriptor from epoll"))
+            Ok(()) => {
+                self.forget(fd);
             }
-            _ => {}
+            // EBADF, ENOENT: the number was closed, or names another file now. The registration
+            // goes all the same; its entry may live on (the file open elsewhere), and an
+            // exclusive one is removed at once.
+            Err(e) if registry::maybe_stale(&e) => {
+                self.forget(fd);
+                if reg.interest.is_exclusive() {
+                    self.rebuild()?;
+                }
+            }
+            Err(e) => return Err(refusal(fd, e, "deleting a descriptor from epoll")),
         }
-        self.forget(fd);
         Ok(())
     }
 
@@ -270,14 +423,22 @@ impl NativeWaiter {
             return Ok(());
         };
         let flags = epoll_flags(reg.interest);
-        let res = ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0)
-            .and_then(|()| ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, fd as u64));
+        let res = ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0).and_then(|()| {
+            ctl(
+                &self.epoll,
+                libc::EPOLL_CTL_ADD,
+                fd,
+                flags,
+                token(fd, reg.gen),
+            )
+        });
         match res {
             Ok(()) => Ok(()),
-            // Closed while registered: the kernel dropped the entry, so do we.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EBADF) | Some(libc::ENOENT)) => {
+            // Closed or reused while registered: the registration goes, and its entry with a
+            // new epoll instance (it may live on, its file open elsewhere).
+            Err(e) if registry::maybe_stale(&e) => {
                 self.forget(fd);
-                Ok(())
+                self.rebuild()
             }
             Err(e) => Err(Error::io("rotating an exclusive registration", e)),
         }
@@ -289,9 +450,17 @@ impl NativeWaiter {
         while i < self.rotate_pending.len() {
             let fd = self.rotate_pending[i];
             let ours = self.registrations.get(&fd).is_some_and(|r| r.key == key);
-            if ours && self.end_turn(fd, false)? {
-                self.rotate_pending.swap_remove(i);
-            } else {
+            if !ours {
+                i += 1;
+                continue;
+            }
+            // Out of the list first: `end_turn` may forget `fd` (closed), which takes it out too.
+            self.rotate_pending.swap_remove(i);
+            if !self.end_turn(fd, false)? {
+                // Deferred to the next `wait`: back in the list, and on to the next one.
+                self.rotate_pending.push(fd);
+                let last = self.rotate_pending.len() - 1;
+                self.rotate_pending.swap(i, last);
                 i += 1;
             }
         }
@@ -422,25 +591,36 @@ impl NativeWaiter {
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
         }
+        // A look that does not sleep lets no stale entry take a wake-up (only an epoll with a
+        // thread waiting stops the kernel's walk): its exclusive events are checked one by one
+        // instead, which costs a busy poller nothing while there are none.
+        let looking = timeout == Some(Duration::ZERO);
+        if !looking {
+            self.drop_stale_exclusive()?;
+        }
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let max = self
             .registrations
             .events_per_wait(events.room().min(self.buffer.len()));
-        let waiting = &self.shared.header().native_waiting;
         loop {
             // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
-            waiting.fetch_add(1, SeqCst);
+            self.shared.header().native_waiting.fetch_add(1, SeqCst);
             let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.buffer.as_mut_ptr(),
                 max as libc::c_int,
                 timeout_ms(deadline),
             ));
-            waiting.fetch_sub(1, SeqCst);
+            self.shared.header().native_waiting.fetch_sub(1, SeqCst);
             let n = match res {
                 Ok(n) => n as usize,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // A signal handler ran: the wait ends with no events, so that the caller sees
+                // the handler's flag at once (`Waiter::wait`).
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    events.set_interrupted();
+                    return Ok(0);
+                }
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
             if n == 0 {
@@ -449,6 +629,7 @@ impl NativeWaiter {
             slot.wakeups.add(1);
             let mut notified = false;
             let mut noted = false;
+            let mut stale = false;
             for i in 0..n {
                 let ev = self.buffer[i];
                 let (data, flags) = (ev.u64, ev.events);
@@ -457,10 +638,28 @@ impl NativeWaiter {
                     notified = true;
                     continue;
                 }
-                let fd = data as RawFd;
-                let Some(reg) = self.registrations.get_mut(&fd) else {
+                let (fd, _) = registry::untoken(data);
+                let Some(reg) = self
+                    .registrations
+                    .get_mut(&fd)
+                    .filter(|r| registry::token_matches(data, r.gen))
+                else {
+                    stale = true; // an entry no live registration has (see `crate::registry`)
                     continue;
                 };
+                // An exclusive registration was checked before the wait (unless this is a look);
+                // another is checked now, when it is handed out.
+                let live = match reg.interest.is_exclusive() {
+                    false => registry::still_names(fd, reg.file),
+                    true if !looking => true,
+                    true if mod_probe_works() => entry_is_live(&self.epoll, fd),
+                    true => registry::still_names(fd, reg.file),
+                };
+                if !live {
+                    self.forget(fd);
+                    stale = true;
+                    continue;
+                }
                 events.push(Event {
                     key: reg.key,
                     readable: flags
@@ -484,10 +683,16 @@ impl NativeWaiter {
             if noted {
                 self.note_event();
             }
+            if stale {
+                self.rebuild()?;
+            }
             if !events.is_empty() || notified {
                 return Ok(events.len());
             }
             slot.empty_wakeups.add(1);
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0); // woken for nothing it could hand out, past its deadline
+            }
         }
     }
 

@@ -174,6 +174,8 @@ pub struct Event {
 pub struct Events {
     list: Vec<Event>,
     capacity: usize,
+    /// The last wait was ended early by a signal handler (see `interrupted`).
+    interrupted: bool,
 }
 
 impl Events {
@@ -193,6 +195,7 @@ impl Events {
         Events {
             list: Vec::with_capacity(capacity.min(Self::PREALLOCATED)),
             capacity,
+            interrupted: false,
         }
     }
 
@@ -222,6 +225,22 @@ impl Events {
     /// Forgets the events of the last wait (`wait` does it too). Example: see [`Events`].
     pub fn clear(&mut self) {
         self.list.clear();
+        self.interrupted = false;
+    }
+
+    /// Was the last wait ended early, with no events, because a signal handler ran while it
+    /// slept (what `poll(2)` reports as `EINTR`)? A handler's flag can be looked at at once.
+    /// See [`Waiter::wait`](crate::Waiter::wait).
+    ///
+    /// ```
+    /// assert!(!herdless::Events::default().interrupted());
+    /// ```
+    pub fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+
+    pub(crate) fn set_interrupted(&mut self) {
+        self.interrupted = true;
     }
 
     /// Room left in this wait.

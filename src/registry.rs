@@ -4,6 +4,30 @@
 //! kernel's refusals to typed errors. Each backend keeps only what differs (its record's extra
 //! fields, how it watches a descriptor, when a turn ends).
 //!
+//! It also owns the **lifecycle of a registered descriptor**, the same on both backends. A
+//! registration is of an open file, not of a number: the user may close the number, have it
+//! reused by another file (an `open`, the library's own pidfd, a `dup2` over it) while the file
+//! stays open elsewhere (a forked member's copy). The kernel keeps an epoll entry for as long as
+//! its file is open anywhere, and lets it be deleted only through the same number naming the same
+//! file; so a closed number's entry can outlive the registration and go on taking wake-ups (an
+//! exclusive one takes them from the group's other members). The rules:
+//!
+//! - every registration records its file (`FileId`: device and inode) and a generation; the
+//!   kernel entry carries a `token` (generation and number), never the bare number, so an event
+//!   of a stale entry is told from one of a live registration under the same number;
+//! - before a member sleeps, its exclusive registrations are checked against their file (one
+//!   system call each: natively an `EPOLL_CTL_MOD` the kernel refuses for a live exclusive entry,
+//!   else an `fstat`), and an event of any other registration when it is handed out: a number
+//!   closed or naming another file is forgotten, never reported;
+//! - a kernel entry that may be stale (its delete refused: `EBADF` or `ENOENT`) is removed by
+//!   rebuilding the member's kernel poll instance from its live registrations (the only way the
+//!   kernel allows). Exclusive ones at once, since they take wake-ups from others; others when
+//!   an event carries a token no live registration has (so a server that closes connections
+//!   without `delete` pays nothing: their entries went with their last reference);
+//! - `delete` of a closed or reused number succeeds (it forgets the registration), `add` over
+//!   a stale registration replaces it, and no library descriptor that takes a closed number is
+//!   mistaken for the user's.
+//!
 //! Below the handles, beside the backends: it imports only the contract (errors, interests).
 
 use std::collections::HashMap;
@@ -158,4 +182,105 @@ pub(crate) fn refusal(fd: RawSource, err: std::io::Error, context: &'static str)
             Error::io(context, err)
         }
     }
+}
+
+/// Which file a descriptor names: its device and inode (`fstat`). Two descriptors of one open
+/// file, in any process, have the same; a number closed and reused by another file has not.
+/// (The two ends of a pipe share one: a registration is checked against the file it was made
+/// for, and a `dup2` of a pipe's other end over its number is the one change this misses.)
+#[cfg(unix)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+/// The file `fd` names now, or `None` if the number is not open.
+#[cfg(unix)]
+pub(crate) fn file_id(fd: RawSource) -> Option<FileId> {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only reads the descriptor number and writes the live struct.
+    if unsafe { libc::fstat(fd, &mut st) } == -1 {
+        return None;
+    }
+    Some(FileId {
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+    })
+}
+
+/// Does `fd` still name the file `id` (a registration made of it is still live)?
+#[cfg(unix)]
+pub(crate) fn still_names(fd: RawSource, id: FileId) -> bool {
+    file_id(fd) == Some(id)
+}
+
+/// Where descriptors are sockets handled by their own checks (Windows): no file to compare.
+#[cfg(not(unix))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId;
+
+#[cfg(not(unix))]
+pub(crate) fn file_id(_fd: RawSource) -> Option<FileId> {
+    Some(FileId)
+}
+
+#[cfg(not(unix))]
+pub(crate) fn still_names(_fd: RawSource, _id: FileId) -> bool {
+    true
+}
+
+/// How many bits of a registration's generation a token keeps: tokens stay below 2^63, clear of
+/// the reserved keys at the top of the range (the door bell, the death watches, the native
+/// waiter's own eventfd).
+#[cfg(all(unix, target_pointer_width = "64"))]
+const GENERATION_BITS: u32 = 31;
+
+/// The kernel entry's data for a registration of descriptor `fd` made as `generation`: the
+/// number in the low 32 bits, the generation (modulo 2^31) above. An event of an entry left
+/// behind by an earlier registration of the same number carries another generation.
+#[cfg(all(unix, target_pointer_width = "64"))]
+pub(crate) fn token(fd: RawSource, generation: u64) -> u64 {
+    let generation = generation & ((1 << GENERATION_BITS) - 1);
+    (generation << 32) | u64::from(fd as u32)
+}
+
+/// The descriptor number and generation in a token.
+#[cfg(all(unix, target_pointer_width = "64"))]
+pub(crate) fn untoken(token: u64) -> (RawSource, u64) {
+    ((token & 0xffff_ffff) as u32 as RawSource, token >> 32)
+}
+
+/// Does `token` name the registration made as `generation` (of the number it carries)?
+#[cfg(all(unix, target_pointer_width = "64"))]
+pub(crate) fn token_matches(token: u64, generation: u64) -> bool {
+    token >> 32 == generation & ((1 << GENERATION_BITS) - 1)
+}
+
+/// Where a key is 32 bits (and on Windows, whose socket handles are not 32-bit numbers), the
+/// token is the number alone: a stale entry is told apart by its file, not by its token.
+#[cfg(not(all(unix, target_pointer_width = "64")))]
+#[allow(clippy::unnecessary_cast)] // a SOCKET is u64 on 64-bit Windows, not on 32-bit
+pub(crate) fn token(fd: RawSource, _generation: u64) -> u64 {
+    fd as u64
+}
+
+#[cfg(not(all(unix, target_pointer_width = "64")))]
+pub(crate) fn untoken(token: u64) -> (RawSource, u64) {
+    (token as RawSource, 0)
+}
+
+#[cfg(not(all(unix, target_pointer_width = "64")))]
+pub(crate) fn token_matches(_token: u64, _generation: u64) -> bool {
+    true
+}
+
+/// Is this the kernel's answer for a delete of an entry it may not have dropped (the number
+/// closed, or naming another file)? Then the entry may live on: see the module docs.
+pub(crate) fn maybe_stale(err: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    return matches!(err.raw_os_error(), Some(libc::EBADF) | Some(libc::ENOENT));
+    #[cfg(not(unix))]
+    return err.kind() == std::io::ErrorKind::NotFound;
 }

@@ -117,8 +117,12 @@ impl Waiter {
         self.member as usize
     }
 
-    /// Registers `fd` under `key`. The caller keeps `fd` open until it is deleted (closing a
-    /// registered descriptor is tolerated: the next `wait` forgets it).
+    /// Registers `fd` under `key`. The caller keeps `fd` open until it is deleted. Closing a
+    /// registered descriptor, or reusing its number for another file (an `open`, a `dup2` over
+    /// it), is tolerated, also while the file stays open in other processes (a forked member's
+    /// copy): the registration is of the file, so the waiter forgets it at the next `wait` or
+    /// `delete`, never reports an event of it again, and stops taking the group's wake-ups for
+    /// it; an `add` of the reused number registers the new file.
     ///
     /// # Errors
     ///
@@ -166,11 +170,13 @@ impl Waiter {
         }
     }
 
-    /// Stops watching `fd`.
+    /// Stops watching `fd`. A registered number closed (or reused) since it was added is
+    /// forgotten all the same: `delete` after `close` succeeds.
     ///
     /// # Errors
     ///
-    /// [`Error::NotRegistered`] for an fd never added, [`Error::ForkedWaiter`].
+    /// [`Error::NotRegistered`] for an fd never added (or forgotten already),
+    /// [`Error::ForkedWaiter`].
     ///
     /// Example: see [`modify`](Self::modify).
     pub fn delete(&mut self, fd: impl AsSource) -> Result<()> {
@@ -184,8 +190,21 @@ impl Waiter {
 
     /// Waits for events, at most `events.capacity()` of them (one if any registration asked for
     /// `one_event_round_robin`), or until `timeout` passes, or until a [`Notifier`] wakes it.
-    /// Returns how many events were put into `events` (0 on timeout or notification). An
-    /// interrupting signal is not an error: the wait goes on.
+    /// Returns how many events were put into `events` (0 on timeout or notification).
+    ///
+    /// **Signals.** A signal whose handler runs while the waiter sleeps ends the wait early,
+    /// with 0 events and [`Events::interrupted`] true (not an error), as `poll(2)` does with
+    /// `EINTR` whether or not the handler has `SA_RESTART`: a server's SIGTERM or SIGCHLD
+    /// handler sets a flag, and the loop sees it at once rather than a timeout later. The
+    /// timeout is a deadline: a loop that waits again after an interruption should pass the
+    /// time left, and the group's own timers (the emulation's liveness and hold checks) are
+    /// deadlines too, so a stream of signals delays none of them. (Where the emulation waits
+    /// through `polling`, outside Linux, a signal does not end the wait early; the timeout
+    /// still holds.)
+    ///
+    /// **Busy polling.** `wait(Some(Duration::ZERO))` looks once and returns. Under the
+    /// emulation such a look takes no token and disturbs no holder: it takes an exclusive
+    /// descriptor's event only if no member is waiting for it.
     ///
     /// Coming back to `wait` also tells the group that the events handed out by the previous
     /// `wait` have been consumed (see [`consumed`](Self::consumed)).
@@ -270,7 +289,8 @@ impl Waiter {
     /// events. Works on both backends within the waiter's process. To stop workers in other
     /// processes (forked), whose notifiers their parent cannot get, register the read end of a
     /// pipe in every worker (without `exclusive`) and close the write end: the hang-up wakes
-    /// them all, on both backends (`examples/forked_workers.rs`). A signal does not end a `wait`.
+    /// them all, on both backends (`examples/forked_workers.rs`). A signal handler that runs
+    /// while the waiter sleeps ends its `wait` too (see [`wait`](Self::wait)).
     ///
     /// ```
     /// use herdless::{Events, Group};

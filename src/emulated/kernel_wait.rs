@@ -7,6 +7,10 @@
 //! poller's timer and notifier, registered one-shot and never armed, never fire (and are
 //! skipped should they). Elsewhere, and on `polling`'s poll(2) backend (`--cfg
 //! polling_test_poll_backend`), which has no epoll descriptor, the wait is `polling`'s.
+//!
+//! A signal: on Linux the wait returns `EINTR` to the caller, which ends the member's `wait`
+//! with no events (`Waiter::wait`); `polling`'s wait retries by itself, with the time left to
+//! its deadline recomputed, so elsewhere a signal ends nothing early but every timeout holds.
 
 use std::io;
 use std::time::Duration;
@@ -83,21 +87,17 @@ impl RawEvents {
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
         };
         let max = self.list.len().min(i32::MAX as usize) as i32;
-        loop {
-            // SAFETY: the poller's epoll descriptor is live while `poller` is borrowed, and
-            // the buffer holds `max` writable events.
-            let n =
-                unsafe { libc::epoll_wait(poller.as_raw_fd(), self.list.as_mut_ptr(), max, ms) };
-            if n >= 0 {
-                self.len = n as usize;
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                self.len = 0;
-                return Err(e);
-            }
+        // SAFETY: the poller's epoll descriptor is live while `poller` is borrowed, and the
+        // buffer holds `max` writable events.
+        let n = unsafe { libc::epoll_wait(poller.as_raw_fd(), self.list.as_mut_ptr(), max, ms) };
+        if n >= 0 {
+            self.len = n as usize;
+            return Ok(());
         }
+        // EINTR included: a signal handler ran, and the caller decides (it ends the member's
+        // `wait`, whose timers are deadlines, not this wait's timeout).
+        self.len = 0;
+        Err(io::Error::last_os_error())
     }
 }
 

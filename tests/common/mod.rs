@@ -536,3 +536,58 @@ fn read_ack(fd: RawFd, buf: &mut [u8]) {
 pub fn read_exact(fd: RawFd, buf: &mut [u8]) {
     herdless_fixtures::read_exact(fd, buf).expect("read");
 }
+
+/// The machine's scheduling noise, measured beside a test: a thread that sleeps `PROBE_SLEEP`
+/// in `poll(2)` again and again and keeps its worst lateness (how long after its timeout it
+/// ran again), until `worst` stops it. On a quiet machine well under a millisecond; with 8
+/// busy loops beside a test on 2 CPUs, tens of milliseconds; at a load average of 50, about a
+/// second. Timing bounds are `noisy_bound(target, noise)`, so they hold on a loaded machine and
+/// still catch a wait that overruns by far more than the machine's noise (or never returns).
+pub struct NoiseProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Duration>>,
+}
+
+/// How long the probe sleeps each time.
+pub const PROBE_SLEEP: Duration = Duration::from_millis(10);
+
+impl NoiseProbe {
+    pub fn start() -> NoiseProbe {
+        use std::sync::atomic::Ordering::SeqCst;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            while !flag.load(SeqCst) {
+                let before = Instant::now();
+                // SAFETY: polls no descriptor, only sleeps.
+                unsafe { libc::poll(std::ptr::null_mut(), 0, PROBE_SLEEP.as_millis() as i32) };
+                worst = worst.max(before.elapsed().saturating_sub(PROBE_SLEEP));
+            }
+            worst
+        });
+        NoiseProbe {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the probe: the worst lateness it saw.
+    pub fn worst(mut self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for NoiseProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The bound of a lateness whose target on a quiet machine is `target`, given the `noise` a
+/// `NoiseProbe` measured beside it: the target plus four times the noise (a wait is woken
+/// like the probe, then does its own bookkeeping, possibly preempted again).
+pub fn noisy_bound(target: Duration, noise: Duration) -> Duration {
+    target + 4 * noise
+}

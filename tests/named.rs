@@ -162,20 +162,11 @@ fn exec_d_members_killed_while_others_read(backend: Backend) {
     let (dfd, rfd) = (data_r.as_raw_fd(), report_w.as_raw_fd());
     let mut children = Vec::new();
     for _ in 0..WORKERS {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
-            .stdout(std::process::Stdio::null()) // the harness's lines, not the test's
-            .env(WORKER, &n)
-            .env("HERDLESS_TEST_ACTION", "pipe")
-            .env("HERDLESS_TEST_PIPE", dfd.to_string())
-            .env("HERDLESS_TEST_READY", rfd.to_string());
-        // SAFETY: the hook only calls fcntl, which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                inherit(dfd)?;
-                inherit(rfd)
-            });
-        }
+        let mut cmd = worker(
+            &n,
+            "pipe",
+            &[("HERDLESS_TEST_PIPE", dfd), ("HERDLESS_TEST_READY", rfd)],
+        );
         children.push(cmd.spawn().unwrap());
     }
     drop(report_w);
@@ -208,6 +199,26 @@ fn exec_d_members_killed_while_others_read(backend: Backend) {
         seen.iter().all(|&c| c == 1),
         "not read exactly once: {seen:?}"
     );
+}
+
+/// This test binary, to be exec'd as a worker of the group `n` that does `action` ("serve" a
+/// listener, read a "pipe", or only "open" the group), with `fds` inherited (close-on-exec
+/// cleared between fork and exec) and their numbers in the environment variables named.
+fn worker(n: &str, action: &str, fds: &[(&str, RawFd)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
+        .stdout(std::process::Stdio::null()) // the harness's lines, not the test's
+        .env(WORKER, n)
+        .env("HERDLESS_TEST_ACTION", action);
+    let inherited: Vec<RawFd> = fds.iter().map(|&(_, fd)| fd).collect();
+    for &(var, fd) in fds {
+        cmd.env(var, fd.to_string());
+    }
+    // SAFETY: the hook only calls fcntl, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || inherited.iter().try_for_each(|&fd| inherit(fd)));
+    }
+    cmd
 }
 
 /// Clears close-on-exec on `fd` (in the child, between fork and exec).
@@ -243,19 +254,14 @@ fn exec_workers_share_a_listener(backend: Backend) {
     let (lfd, rfd) = (listener.as_raw_fd(), ready_w.as_raw_fd());
     let mut children = Vec::new();
     for _ in 0..WORKERS {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "exec_worker_entry_point", "--nocapture"])
-            .stdout(std::process::Stdio::null()) // the harness's lines, not the test's
-            .env(WORKER, &n)
-            .env("HERDLESS_TEST_LISTENER", lfd.to_string())
-            .env("HERDLESS_TEST_READY", rfd.to_string());
-        // SAFETY: the hook only calls fcntl, which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                inherit(lfd)?;
-                inherit(rfd)
-            });
-        }
+        let mut cmd = worker(
+            &n,
+            "serve",
+            &[
+                ("HERDLESS_TEST_LISTENER", lfd),
+                ("HERDLESS_TEST_READY", rfd),
+            ],
+        );
         children.push(cmd.spawn().unwrap());
     }
     drop(ready_w);
@@ -599,11 +605,7 @@ fn another_user_is_refused(backend: Backend) {
             & 0o777;
         assert_eq!(on_disk, mode, "the mode asked for, whatever the umask");
         // Another user's program: this binary exec'd as nobody, opening the name.
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "exec_worker_entry_point", "--nocapture"])
-            .stdout(std::process::Stdio::null())
-            .env(WORKER, &n)
-            .env("HERDLESS_TEST_ACTION", "open")
+        let status = worker(&n, "open", &[])
             .uid(65534)
             .gid(65534)
             .status()

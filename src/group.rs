@@ -397,6 +397,7 @@ impl Group {
     /// let group = Group::builder().build()?;
     /// let mut waiter = group.join()?;
     /// let (mut tx, rx) = UnixStream::pair()?;
+    /// rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
     /// waiter.add(&rx, 0, Interest::READABLE.exclusive())?;
     /// tx.write_all(b"x")?;
     /// waiter.wait(&mut Events::default(), Some(Duration::from_secs(5)))?;

@@ -50,6 +50,7 @@ enum Engine {
 /// let group = Group::builder().backend(Backend::Emulated).build()?;
 /// let mut waiter = group.join()?;
 /// let (mut tx, rx) = UnixStream::pair()?;
+/// rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
 /// waiter.add(&rx, 7, Interest::READABLE.exclusive())?;
 /// tx.write_all(b"x")?;
 /// let mut events = Events::with_capacity(8);
@@ -170,6 +171,7 @@ impl Waiter {
     /// let group = Group::builder().build()?;
     /// let mut waiter = group.join()?;
     /// let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+    /// a.set_nonblocking(true)?; // exclusive below: a wake-up may find nothing
     /// waiter.add(&a, 1, Interest::READABLE)?;
     /// waiter.modify(&a, 2, Interest::READABLE.exclusive())?; // new key, now exclusive
     /// waiter.delete(&a)?;

@@ -46,7 +46,7 @@ pub trait AsSource: std::os::windows::io::AsSocket {}
 #[cfg(windows)]
 impl<T: std::os::windows::io::AsSocket + ?Sized> AsSource for T {}
 
-use crate::error::{Error, RawSource, Result};
+use crate::error::{RawSource, Result};
 
 /// The raw number of a borrowed source (used as the registration's identity).
 pub(crate) fn raw_of(source: &impl AsSource) -> RawSource {
@@ -89,7 +89,7 @@ pub(crate) fn check_nonblocking(fd: RawSource, interest: crate::interest::Intere
         // SAFETY: F_GETFL reads the flags of a descriptor number; a closed one gives EBADF.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         if flags != -1 && flags & libc::O_NONBLOCK == 0 && watchable(fd) {
-            return Err(Error::BlockingDescriptor { fd });
+            return Err(crate::error::Error::BlockingDescriptor { fd });
         }
     }
     #[cfg(not(unix))]

@@ -5,8 +5,8 @@
 //! (exec, loading, opening the named group) is not a wake-up of the run. The raw setups make exactly the
 //! experiments' system calls (their own epoll, `EPOLLIN`, with or without `EPOLLEXCLUSIVE`, accept
 //! until `EAGAIN`, nginx's DEL + ADD every 16 accepts); the herdless setups take one connection
-//! per wake-up and call `consumed` right after the accept, before the work, as a server should (`found_nothing`
-//! when the accept found none, which the group counts as an empty wake-up).
+//! per wake-up and call `consumed` right after the accept, before the work, as a server should
+//! (`found_nothing` when the accept found none, which the group counts as an empty wake-up).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};

@@ -386,6 +386,9 @@ impl Group {
 
     /// Per-member counters of every member that ever joined, readable from any thread, and from
     /// any process of the group (a parent reads its forked members' figures after they exit).
+    /// What each field counts, and what no field can see (the wake-ups the kernel swallows):
+    /// [`MemberStats`]. Empty wake-ups count what the members report with
+    /// [`Waiter::found_nothing`]; a member reads its own counters with [`Waiter::stats`].
     ///
     /// ```
     /// # #[cfg(unix)] {

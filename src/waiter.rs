@@ -331,8 +331,14 @@ impl Waiter {
     /// let (mut read, mut empty) = (0, 0);
     /// for event in events.iter() {
     ///     match rx.read(&mut buf) {
-    ///         Ok(n) => { read += n; waiter.consumed(event.key)? } // then the work
-    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => { empty += 1; waiter.found_nothing(event.key)? }
+    ///         Ok(n) => {
+    ///             waiter.consumed(event.key)?;
+    ///             read += n; // then the work
+    ///         }
+    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => {
+    ///             waiter.found_nothing(event.key)?; // instead of consumed
+    ///             empty += 1;
+    ///         }
     ///         Err(e) => return Err(e.into()),
     ///     }
     /// }

@@ -57,16 +57,16 @@ use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
 use crate::interest::{Event, Events, Interest, FIRST_RESERVED_KEY};
 use crate::liveness::Liveness;
-use crate::members::{Life, Membership};
+use crate::members::Membership;
 use crate::registry::{self, FileId, Registry};
 use crate::shared::SharedState;
-use crate::shared::NONE;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use identity::{identify, refuse_anonymous};
 use kernel_wait::RawEvents;
-pub(crate) use protocol::Protocol;
+use protocol::{Hold, Occupant};
 use protocol::{Now, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+pub(crate) use protocol::{Protocol, SourceSlot};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -123,9 +123,9 @@ struct Registration {
     queued: bool,
     /// (leader, its last claim, when) if this member, checking on the leader of this
     /// exclusive source, last saw it ready with nobody holding it: the leader may be stuck.
-    suspect: Option<(u32, u64, Instant)>,
+    suspect: Option<(Occupant, u64, Instant)>,
     /// The source's claim count when this member last found it free to watch.
-    claims_seen: u64,
+    claims_seen: u32,
 }
 
 impl registry::Registered for Registration {
@@ -155,7 +155,8 @@ struct Pending {
 
 /// One member's emulated half.
 pub(crate) struct EmulatedWaiter {
-    me: u32,
+    /// This member as the sources' words name it (slot and generation).
+    me: Occupant,
     /// This member's occupancy of slot `me`: its IDLE/BUSY changes are made against it.
     membership: Membership,
     poller: Arc<Poller>,
@@ -164,8 +165,9 @@ pub(crate) struct EmulatedWaiter {
     next_seq: u64,
     /// Registration order of the descriptor served last (for serving ready ones in turn).
     last_served: u64,
-    /// Exclusive sources this member holds: handed out, not yet consumed, as (source, key).
-    holding: Vec<(usize, usize)>,
+    /// Exclusive sources this member holds: handed out, not yet consumed, as (source, key,
+    /// the hold).
+    holding: Vec<(usize, usize, Hold)>,
     /// Sources whose line this member goes to the back of when it next goes busy.
     to_back: Vec<usize>,
     /// The shared source slots of this member's exclusive registrations.
@@ -221,7 +223,7 @@ impl EmulatedWaiter {
         #[cfg(all(not(unix), not(loom)))]
         group.bells.install(me, poller.clone());
         Ok(EmulatedWaiter {
-            me,
+            me: Occupant::new(me, membership.generation()),
             membership,
             poller,
             registrations: Registry::new(),
@@ -287,7 +289,7 @@ impl EmulatedWaiter {
         match source {
             None => self.poller_add(fd, registry::token(fd, self.next_seq) as usize, interest)?,
             Some(s) => {
-                group.shared.source(s).set_member(self.me, true);
+                group.source(s).set_member(self.me.slot, true);
                 self.sources.push(s);
                 self.exclusive_fds.push(fd);
             }
@@ -345,13 +347,12 @@ impl EmulatedWaiter {
 
     pub(crate) fn consumed(&mut self, group: &Protocol<'_>, key: usize) -> Result<()> {
         let tk = group;
-        let me = self.me;
         let mut i = 0;
         while i < self.holding.len() {
-            let (s, k) = self.holding[i];
+            let (s, k, hold) = self.holding[i];
             if k == key {
                 self.holding.swap_remove(i);
-                tk.release(s, me);
+                tk.release(s, hold);
                 self.end_turn(tk, s);
             } else {
                 i += 1;
@@ -386,10 +387,9 @@ impl EmulatedWaiter {
     }
 
     fn release_source(&mut self, tk: &Protocol<'_>, source: usize) {
-        let me = self.me;
-        self.holding.retain(|&(s, _)| {
+        self.holding.retain(|&(s, _, hold)| {
             if s == source {
-                tk.release(s, me);
+                tk.release(s, hold);
             }
             s != source
         });
@@ -420,11 +420,11 @@ impl EmulatedWaiter {
                 continue;
             };
             let Some(s) = reg.source else { continue };
-            // The claims won so far, read before the source is found free: any readiness
-            // seen from now on is checked against it (`Protocol::confirm_claim`).
-            let claims = tk.claims_won(s);
-            let want = tk.shared.source(s).leader.load(SeqCst) == me && tk.needs_watch(s);
-            if want {
+            // The claims won so far, read as the source is found free: any readiness seen
+            // from now on is checked against it (`Protocol::confirm_claim`).
+            let watch = tk.to_watch(s, me);
+            let want = watch.is_some();
+            if let Some(claims) = watch {
                 reg.claims_seen = claims;
             }
             // A number that no longer names its file is never watched (its entry may be
@@ -499,11 +499,8 @@ impl EmulatedWaiter {
         if let Some(s) = reg.source {
             self.sources.retain(|&x| x != s);
             self.exclusive_fds.retain(|&x| x != fd);
-            tk.shared.source(s).set_member(self.me, false);
             self.release_source(tk, s);
-            if tk.shared.source(s).leader.load(SeqCst) == self.me {
-                tk.pass(s, self.me, false);
-            }
+            tk.drop_source(s, self.me, None);
         }
         Some(())
     }
@@ -519,8 +516,8 @@ impl EmulatedWaiter {
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Coming back to wait: what was handed out last time has been consumed.
-        while let Some((s, _)) = self.holding.pop() {
-            tk.release(s, me);
+        while let Some((s, _, hold)) = self.holding.pop() {
+            tk.release(s, hold);
             self.end_turn(tk, s);
         }
         if cfg!(unix) && timeout == Some(Duration::ZERO) {
@@ -528,7 +525,7 @@ impl EmulatedWaiter {
             // none) and takes only what nobody leads (see `poll_once`).
             let result = self.poll_once(tk, events);
             for &s in &self.sources {
-                if tk.shared.source(s).leader.load(SeqCst) == me {
+                if tk.leads(s, me) {
                     tk.pass(s, me, false);
                 }
             }
@@ -547,7 +544,7 @@ impl EmulatedWaiter {
         }
         for &s in &self.sources {
             let to_back = self.to_back.contains(&s);
-            if to_back || tk.shared.source(s).leader.load(SeqCst) == me {
+            if to_back || tk.leads(s, me) {
                 tk.pass(s, me, to_back);
             }
         }
@@ -567,9 +564,9 @@ impl EmulatedWaiter {
     #[cfg(unix)]
     fn poll_once(&mut self, tk: &Protocol<'_>, events: &mut Events) -> Result<usize> {
         let me = self.me;
-        let slot = tk.shared.member(me);
+        let slot = tk.shared.member(me.slot);
         if slot.notified.swap(0, SeqCst) != 0 {
-            tk.drain_bell(me);
+            tk.drain_bell(me.slot);
             return Ok(0);
         }
         self.rebuild_if_due(tk)?;
@@ -599,7 +596,7 @@ impl EmulatedWaiter {
                 }
             }
             if self.collect_candidates(tk) {
-                tk.drain_bell(me);
+                tk.drain_bell(me.slot);
             }
         }
         self.serve_pending(tk, events, limit);
@@ -613,12 +610,9 @@ impl EmulatedWaiter {
                 continue;
             };
             let Some(s) = reg.source else { continue };
-            let src = tk.shared.source(s);
-            let leader = src.leader.load(SeqCst);
-            if (leader != NONE && leader != me) || src.holder.load(SeqCst) != NONE || reg.queued {
+            let Some(seen) = tk.free_for_a_look(s, me).filter(|_| !reg.queued) else {
                 continue; // led by an idle member, or held: not this look's to take
-            }
-            let seen = tk.claims_won(s);
+            };
             let Some(event) = poll_event(fd, reg.interest, reg.key) else {
                 continue;
             };
@@ -626,15 +620,15 @@ impl EmulatedWaiter {
                 stale.push(fd);
                 continue;
             }
-            let Some(before) = tk.claim(s, me) else {
+            let Some(hold) = tk.claim(s, me) else {
                 continue;
             };
             let interest = reg.interest;
-            if !tk.confirm_claim(s, me, seen, before, || ready_now(fd, interest)) {
+            if !tk.confirm_claim(s, hold, seen, || ready_now(fd, interest)) {
                 continue;
             }
             reg.handed += 1;
-            self.holding.push((s, reg.key));
+            self.holding.push((s, reg.key, hold));
             events.push(event);
         }
         for &fd in &stale {
@@ -657,7 +651,7 @@ impl EmulatedWaiter {
         deadline: Option<Instant>,
     ) -> Result<usize> {
         let me = self.me;
-        let slot = tk.shared.member(me);
+        let slot = tk.shared.member(me.slot);
         let limit = self.registrations.events_per_wait(events.room());
         let mut first = true;
         loop {
@@ -670,12 +664,7 @@ impl EmulatedWaiter {
             let now = Now::new();
             for &s in &self.sources {
                 // A holder that kept its event too long is not waited for (`HOLD_BOUND`).
-                // (The holder is read before the hold's age: a claim made after that read is
-                // young, and is not ended.)
-                let holder = tk.shared.source(s).holder.load(SeqCst);
-                if tk.hold_left(s, me, &now) == Some(Duration::ZERO) {
-                    tk.expire_hold(s, me, holder);
-                }
+                tk.expire_if_overdue(s, me, &now);
                 if !tk.take_if_due(s, me) {
                     tk.volunteer(s, me);
                 }
@@ -744,7 +733,7 @@ impl EmulatedWaiter {
                 // wait (so a wait costs in proportion to what it returns, not to how many
                 // descriptors are ready).
                 if slot.notified.swap(0, SeqCst) != 0 {
-                    tk.drain_bell(me);
+                    tk.drain_bell(me.slot);
                     return Ok(0);
                 }
                 self.serve_pending(tk, events, limit);
@@ -830,7 +819,7 @@ impl EmulatedWaiter {
             // On Windows a bell leaves no event to see: look at the flag every time.
             let rung = self.collect_candidates(tk) || cfg!(windows);
             if rung {
-                tk.drain_bell(me);
+                tk.drain_bell(me.slot);
             }
             let found_readiness = !self.pending.is_empty();
             self.serve_pending(tk, events, limit);
@@ -870,7 +859,7 @@ impl EmulatedWaiter {
             return false; // the model checker sees the protocol without spinning
         }
         let me = self.me;
-        let slot = tk.shared.member(me);
+        let slot = tk.shared.member(me.slot);
         // Bit i: the member waits for its turn on `self.sources[i]`.
         let waiting = |tk: &Protocol<'_>| {
             self.sources
@@ -929,7 +918,7 @@ impl EmulatedWaiter {
                 continue; // in the queue already, from an earlier wait
             }
             if let Some(s) = reg.source {
-                if tk.shared.source(s).leader.load(SeqCst) != self.me {
+                if !tk.leads(s, self.me) {
                     continue; // the token moved on while we slept
                 }
             }
@@ -1054,17 +1043,17 @@ impl EmulatedWaiter {
             return;
         }
         if let Some(s) = reg.source {
-            if tk.shared.source(s).leader.load(SeqCst) != me {
+            if !tk.leads(s, me) {
                 return;
             }
-            let Some(before) = tk.claim(s, me) else {
+            let Some(hold) = tk.claim(s, me) else {
                 return;
             };
             let (fd, interest) = (p.fd, reg.interest);
-            if !tk.confirm_claim(s, me, reg.claims_seen, before, || ready_now(fd, interest)) {
+            if !tk.confirm_claim(s, hold, reg.claims_seen, || ready_now(fd, interest)) {
                 return; // consumed by another member since this one saw it ready
             }
-            self.holding.push((s, reg.key));
+            self.holding.push((s, reg.key, hold));
             reg.handed += 1;
             if tk.rotation_due(reg.handed) {
                 reg.handed = 0;
@@ -1098,17 +1087,11 @@ impl EmulatedWaiter {
                 continue;
             };
             let Some(s) = reg.source else { continue };
-            let src = tk.shared.source(s);
-            let leader = src.leader.load(SeqCst);
-            let claimed = src.claimed_at.load(SeqCst);
-            let checking = leader != NONE
-                && leader != me
-                && src.watcher.load(SeqCst) == me
-                && src.holder.load(SeqCst) == NONE;
-            if !checking || !ready_now(fd, reg.interest) {
+            let checking = tk.leader_to_check(s, me);
+            let Some((leader, claimed)) = checking.filter(|_| ready_now(fd, reg.interest)) else {
                 reg.suspect = None;
                 continue;
-            }
+            };
             match reg.suspect {
                 Some((l, c, since))
                     if l == leader && c == claimed && since.elapsed() >= TAKE_BOUND =>
@@ -1126,14 +1109,11 @@ impl EmulatedWaiter {
     pub(crate) fn leave(&mut self, group: &Protocol<'_>) {
         let tk = group;
         let me = self.me;
-        for (s, _) in std::mem::take(&mut self.holding) {
-            tk.release(s, me);
+        for (s, _, hold) in std::mem::take(&mut self.holding) {
+            tk.release(s, hold);
         }
         for &s in &self.sources {
-            tk.shared.source(s).set_member(me, false);
-            if tk.shared.source(s).leader.load(SeqCst) == me {
-                tk.pass(s, me, false);
-            }
+            tk.drop_source(s, me, None);
         }
         let fds: Vec<RawSource> = self
             .registrations
@@ -1150,7 +1130,7 @@ impl EmulatedWaiter {
             for fd in bell.watch() {
                 let _ = self.poller.delete(fd);
             }
-            tk.bells.unbind(me, bell);
+            tk.bells.unbind(me.slot, bell);
         }
     }
 
@@ -1306,11 +1286,6 @@ fn still_ready(_fd: RawSource, _interest: Interest) -> Option<bool> {
     None
 }
 
-/// Clears out member `m` of an emulated group, found dead in word `seen`.
-pub(crate) fn reap_member(group: &Protocol<'_>, m: u32, seen: Life) {
-    group.reap(m, seen);
-}
-
 /// Wakes one emulated member, from any thread or any process of the group.
 #[derive(Clone)]
 pub(crate) struct EmulatedNotifier {
@@ -1372,12 +1347,12 @@ mod tests {
             .unwrap();
         let (sa, sb) = (waiter.sources[0], waiter.sources[1]);
         let src = |s| inner.shared.source(s);
-        src(sa).leader.store(me, SeqCst);
-        src(sb).leader.store(other, SeqCst);
-        src(sb).deputy.store(me, SeqCst);
+        let other = Occupant::new(other, inner.shared.member(other).generation());
+        src(sa).force_leader(Occupant::new(me, membership.generation()));
+        src(sb).force_leader(other);
+        src(sb).set_deputy(me);
         for s in [sa, sb] {
-            src(s).ready_on_arm.store(1024, SeqCst);
-            src(s).hold_ns.store(0, SeqCst);
+            src(s).force_backlog();
         }
         let tk = &inner.protocol();
         let start = Instant::now();

@@ -434,6 +434,19 @@ impl SharedState {
         &self.header().sources[index]
     }
 
+    /// Would the open file `id` (non-zero) find a source slot: its own, or a free one? A look
+    /// that takes none (a `modify` checks its new registration with it before it touches the
+    /// old one: the slots are never given back, so a check that took one and then failed
+    /// would spend it). Another member may take the last free slot meanwhile: the add then
+    /// fails as the look would have.
+    pub(crate) fn source_room(&self, id: u64) -> Result<()> {
+        let sources = &self.header().sources;
+        match sources.iter().any(|s| s.is_for(id) || !s.is_used()) {
+            true => Ok(()),
+            false => Err(Error::TooManySources { max: MAX_SOURCES }),
+        }
+    }
+
     /// Finds or takes the source slot of the open file `id` (non-zero). Lock-free: two members
     /// adding the same file at once land on the same slot.
     pub(crate) fn source_index(&self, id: u64) -> Result<usize> {
@@ -468,5 +481,37 @@ fn random_u64() -> u64 {
 impl Drop for SharedState {
     fn drop(&mut self) {
         self.memory.free(self.capacity);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The look a `modify` makes takes no source slot: the slots are never given back, so a
+    /// check that took one would spend it. It finds room while a slot is free or the file's
+    /// own is there, and none once every slot holds another file.
+    #[test]
+    fn a_look_for_room_takes_no_source_slot() {
+        let shared = SharedState::for_tests(2).unwrap();
+        let used = |shared: &SharedState| {
+            (0..MAX_SOURCES)
+                .filter(|&s| shared.source(s).is_used())
+                .count()
+        };
+        for id in 1..=10 * MAX_SOURCES as u64 {
+            shared.source_room(id).unwrap();
+        }
+        assert_eq!(used(&shared), 0, "a look took a slot");
+        for id in 1..=MAX_SOURCES as u64 {
+            shared.source_index(id).unwrap();
+        }
+        assert!(shared.source_room(1).is_ok(), "the file's own slot is room");
+        let full = shared.source_room(MAX_SOURCES as u64 + 1);
+        assert!(
+            matches!(full, Err(Error::TooManySources { .. })),
+            "{full:?}"
+        );
+        assert_eq!(used(&shared), MAX_SOURCES);
     }
 }

@@ -90,9 +90,10 @@ impl EmulatedWaiter {
             .registrations
             .registered(fd)
             .map(|r| (r.key, r.interest))?;
-        // Check the new registration before touching the old one.
+        // Check the new registration before touching the old one (a look: it takes no
+        // source slot, which would never be given back).
         if interest.is_exclusive() {
-            group.shared.source_index(identify(fd)?)?;
+            group.shared.source_room(identify(fd)?)?;
         }
         registry::replace(
             self,

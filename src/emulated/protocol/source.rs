@@ -220,6 +220,10 @@ impl SourceSlot {
     pub(crate) fn is_used(&self) -> bool {
         self.id.load(SeqCst) != 0
     }
+    /// Is the slot taken by file `id`?
+    pub(crate) fn is_for(&self, id: u64) -> bool {
+        self.id.load(SeqCst) == id
+    }
     /// Takes the slot for file `id` (non-zero), or finds it taken for that file already.
     /// False if another file has it.
     pub(crate) fn take_for(&self, id: u64) -> bool {

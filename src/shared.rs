@@ -6,8 +6,9 @@
 //! killed at any instant must not leave the others stuck behind a lock it held. The member
 //! slots ([`MemberSlot`]) belong to the member table (`crate::members`), which alone changes a
 //! slot's state, by compare-and-swap on one word per slot; its statistics are counters any
-//! member adds to. The sources' fields are the emulation's token protocol (`emulated/protocol.rs`
-//! says which of them change by compare-and-swap and which are plain stores, and why).
+//! member adds to. The sources' fields are the emulation's token protocol's, private to
+//! `emulated/protocol/source.rs`, which documents each word (its bits, transitions, invariants
+//! and orderings) and is the only code that reads or writes them.
 
 use std::sync::atomic::Ordering::SeqCst;
 

@@ -17,9 +17,12 @@
 //! `Every(0)` the head stays at slot 0, which reproduces the kernel's monopoly. A member
 //! coming back to `wait` ahead of the leader in line takes the token over.
 //!
-//! All state is in the group's shared memory. The token (`leader`) and the claim (`holder`)
-//! change by compare-and-swap; the watcher, the line head, the deputy and the timings are
-//! plain stores (a lost update there costs a check or a hint, never the token). A member's own
+//! All state is in the group's shared memory, in words only `source` touches (its docs give
+//! each word's bits, transitions, invariants and orderings). The token (`leader`) and the claim
+//! (`holder`) change by compare-and-swap, each tagged (the leader's generation, the claim's
+//! count), so that a swap made against an earlier occupant or an earlier hold fails; the
+//! watcher, the line head, the deputy and the timings are stores (a lost update there costs a
+//! check or a hint, never the token). A member's own
 //! state (IDLE, BUSY) changes only through the member table (`crate::members`), by
 //! compare-and-swap against the member's own occupancy of its slot, so that it cannot bring back
 //! a slot being reaped. Two store-then-load pairs keep the token from being stranded (SeqCst,
@@ -53,8 +56,9 @@
 //! that member is in another process; threads of one process never check. On Linux the
 //! dependent member waits on the other process's death as an event (a pidfd in its poller, see
 //! `deathwatch`); elsewhere, and as the fallback, it wakes every `LIVENESS_CHECK`. The dead
-//! member is cleared out by `reap`, which the member table makes exclusive and, should the
-//! reaper die, resumable by another member.
+//! member is cleared out by a reap, which the member table runs (`Members::reap`: exclusive,
+//! resumable by another member should the reaper die, and a no-op if it does not begin) with
+//! this backend's hook (`watch`, `clear_out`).
 
 #[cfg(all(test, loom))]
 mod model;

@@ -116,9 +116,11 @@ impl Protocol<'_> {
     pub(crate) fn clear_out(&self, dead: Occupant) {
         for s in 0..crate::shared::MAX_SOURCES {
             let src = self.source(s);
-            if !src.is_used() || !src.has_member(dead.slot) {
+            if !src.is_used() {
                 continue;
             }
+            // Its bit, and also a hold or a lead it kept on a source it was half-way through
+            // leaving (bit cleared, token not yet passed).
             src.set_member(dead.slot, false);
             let hold = src.hold();
             if hold.slot == dead.slot {

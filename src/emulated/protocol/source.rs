@@ -23,23 +23,24 @@
 //! stores outside the model checker's view: a lost update there costs a check or a wake-up,
 //! never the token.
 //!
-//! # Transitions of the holder word
+//! # Transitions of the holder word (`claim`, `end`)
 //!
-//! | from | to | by | method |
-//! |------|----|----|--------|
-//! | (NONE, k) | (m, k + 1) | the leader m, or a busy poller m | `claim` |
-//! | (m, k) | (NONE, k) | m | `release`, `give_up` (its confirm failed) |
-//! | (m, k) | (NONE, k) | any idle member on the source | `expire` (held past `HOLD_BOUND`) |
-//! | (m, k) | (NONE, k) | the reaper of m | `release` (the hold it finds) |
+//! | from | to | by | through |
+//! |------|----|----|---------|
+//! | (NONE, k) | (m, k + 1) | the leader m, or a busy member m looking (`wait(0)`) | `Protocol::claim` |
+//! | (m, k) | (NONE, k) | m, its event consumed | `Protocol::release` |
+//! | (m, k) | (NONE, k) | m, its claim not confirmed (the readiness was gone) | `Protocol::confirm_claim` |
+//! | (m, k) | (NONE, k) | any idle member on the source, the hold overdue (`HOLD_BOUND`) | `Protocol::expire_hold` |
+//! | (m, k) | (NONE, k) | the reaper of m | `Protocol::clear_out` |
 //!
-//! # Transitions of the leader word
+//! # Transitions of the leader word (`move_token`)
 //!
-//! | from | to | by | method |
-//! |------|----|----|--------|
-//! | (l, g) or NONE | (m, g') | idle m, ahead of an idle l in line or with nobody leading | `take` |
-//! | (m, g) | (n, g'') or NONE | m going busy or leaving, or m's reaper | `hand_over` (in `pass`) |
-//! | NONE | (n, g'') | whoever just left it NONE (a member went idle meanwhile) | `hand_over` |
-//! | (l, g) | (m, g') | m, the watcher, after l left the ready source unclaimed | `take` (in `take_from_stuck`) |
+//! | from | to | by | through |
+//! |------|----|----|---------|
+//! | NONE, or an idle (l, g) behind m in line | (m, g') | m, idle | `Protocol::take_if_due` |
+//! | (m, g) | the next idle (n, g''), or NONE | m going busy or leaving, or m's reaper | `Protocol::pass` |
+//! | NONE | the next idle (n, g'') | whoever just left it NONE (a member went idle meanwhile) | `Protocol::pass` |
+//! | (l, g), its ready source unclaimed for `TAKE_BOUND` | (m, g') | m, the watcher | `Protocol::take_from_stuck` |
 //!
 //! # Invariants
 //!

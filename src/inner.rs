@@ -89,14 +89,10 @@ impl GroupInner {
                 continue;
             };
             match self.backend {
-                Backend::Emulated => crate::emulated::reap_member(&self.protocol(), m, seen),
-                _ => {
-                    // The kernel forgot the dead process's epoll entries: nothing to clear.
-                    if let Some(reap) = members.begin_reap(m, seen, me) {
-                        members.finish_reap(reap);
-                    }
-                }
-            }
+                Backend::Emulated => self.protocol().reap(m, seen),
+                // The kernel forgot the dead process's epoll entries: nothing to clear.
+                _ => members.reap(m, seen, me, |_, _| {}),
+            };
         }
     }
 }

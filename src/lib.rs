@@ -108,6 +108,7 @@ mod source;
 mod sync;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+mod turn;
 mod waiter;
 
 pub use contract::{Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};

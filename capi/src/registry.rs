@@ -27,9 +27,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use herdless::{Events, Group, Notifier, Waiter};
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
-use crate::errors::HERDLESS_EINTR;
-use crate::errors::{Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EWRONGPROCESS};
+use crate::errors::{
+    Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EINTR, HERDLESS_EWRONGPROCESS,
+};
 
 /// The kind tag of a group handle (top byte of the id).
 const GROUP_TAG: u64 = 0x47; // 'G'
@@ -193,7 +193,23 @@ impl WaiterState {
             self.waiter.wait(&mut self.events, timeout)?;
         }
         let _ = n;
-        Ok(self.user_events().count())
+        self.unless_interrupted()
+    }
+
+    /// The caller's event count, or HERDLESS_EINTR if the Rust wait reports that a signal
+    /// handler ended it (`Events::interrupted`, with no events): a handler the signalfd did
+    /// not catch, because the wait does not block its signal (a synchronous one such as SIGTRAP
+    /// sent by another thread, or one of the C library's own, such as glibc's SIGSETXID that
+    /// another thread's `setuid` sends to every thread). `poll(2)` answers these with EINTR.
+    fn unless_interrupted(&self) -> Result<usize, Failure> {
+        let user = self.user_events().count();
+        if user == 0 && self.events.interrupted() {
+            return Err(Failure::new(
+                HERDLESS_EINTR,
+                "interrupted: a signal handler ran while the waiter waited",
+            ));
+        }
+        Ok(user)
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -219,10 +235,12 @@ impl WaiterState {
             let n = self.waiter.wait(&mut self.events, left)?;
             let user = self.user_events().count();
             if user > 0 || n == 0 {
-                // Events, a timeout or a notification: the handlers of any signal that came
-                // meanwhile run as the mask is put back (on drop), as after poll(2).
+                // Events, a timeout, a notification, or a handler that ran in the kernel wait
+                // (a signal the wait does not block: `unless_interrupted`): the handlers of any
+                // signal that came meanwhile run as the mask is put back (on drop), as after
+                // poll(2).
                 drop(blocked);
-                return Ok(user);
+                return self.unless_interrupted();
             }
             // Only the signalfd: is a handler due?
             let handler = self.signals.as_ref().is_some_and(|w| w.handler_pending());

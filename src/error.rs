@@ -175,6 +175,15 @@ pub enum Error {
         /// Why not.
         reason: &'static str,
     },
+    /// The waiter a [`Notifier`](crate::Notifier) was made for has left the group: there is
+    /// nobody to wake, and nobody was woken (not the member that took its slot since).
+    #[error(
+        "the waiter this notifier wakes has left the group (member slot {member}): nobody to wake"
+    )]
+    WaiterLeft {
+        /// The slot the waiter had, as in [`MemberStats::member`](crate::MemberStats).
+        member: usize,
+    },
     /// Any other failure of the operating system.
     #[error("{context}: {source}")]
     Io {
@@ -217,6 +226,7 @@ impl Error {
             }
             Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
+            Error::WaiterLeft { .. } => io::ErrorKind::NotConnected,
             Error::Io { source, .. } => source.kind(),
         }
     }

@@ -161,6 +161,11 @@ impl From<herdless::Error> for Failure {
             E::PermissionDenied { .. } => (HERDLESS_EACCES, e.to_string()),
             E::InvalidGroupName { .. } => (HERDLESS_EINVAL, e.to_string()),
             E::Unsupported { .. } => (HERDLESS_EUNAVAILABLE, e.to_string()),
+            // herdless_notify in the instant herdless_leave of another thread takes it out.
+            E::WaiterLeft { .. } => (
+                HERDLESS_EBADHANDLE,
+                "the waiter left the group (herdless_leave): nobody to wake".to_string(),
+            ),
             _ => (HERDLESS_EIO, e.to_string()),
         };
         let os_errno = match &e {

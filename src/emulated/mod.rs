@@ -568,7 +568,7 @@ impl EmulatedWaiter {
     fn poll_once(&mut self, tk: &Protocol<'_>, events: &mut Events) -> Result<usize> {
         let me = self.me;
         let slot = tk.shared.member(me);
-        if slot.notified.swap(0, SeqCst) != 0 {
+        if slot.take_notified(self.membership.generation()) {
             tk.drain_bell(me);
             return Ok(0);
         }
@@ -733,7 +733,7 @@ impl EmulatedWaiter {
                 .flatten()
                 .min();
             if self.spin_for_release(tk, deadline) {
-                if slot.notified.swap(0, SeqCst) != 0 {
+                if slot.take_notified(self.membership.generation()) {
                     slot.wakeups.add(1);
                     return Ok(0);
                 }
@@ -743,7 +743,7 @@ impl EmulatedWaiter {
                 // Ready descriptors left by the last kernel wait: served in turn, no kernel
                 // wait (so a wait costs in proportion to what it returns, not to how many
                 // descriptors are ready).
-                if slot.notified.swap(0, SeqCst) != 0 {
+                if slot.take_notified(self.membership.generation()) {
                     tk.drain_bell(me);
                     return Ok(0);
                 }
@@ -796,7 +796,7 @@ impl EmulatedWaiter {
                 self.note_backlog(tk);
                 // (A notification counts: on Windows the bell is the poller's notify, which
                 // this look consumed without leaving an event.)
-                if self.raw_events.is_empty() && slot.notified.load(SeqCst) == 0 {
+                if self.raw_events.is_empty() && !slot.is_notified(self.membership.generation()) {
                     continue; // nothing yet: now sleep until there is
                 }
             }
@@ -814,7 +814,7 @@ impl EmulatedWaiter {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(0);
                 }
-                if slot.notified.swap(0, SeqCst) != 0 {
+                if slot.take_notified(self.membership.generation()) {
                     slot.wakeups.add(1);
                     return Ok(0);
                 }
@@ -834,7 +834,7 @@ impl EmulatedWaiter {
             }
             let found_readiness = !self.pending.is_empty();
             self.serve_pending(tk, events, limit);
-            let notified = rung && slot.notified.swap(0, SeqCst) != 0;
+            let notified = rung && slot.take_notified(self.membership.generation());
             if !events.is_empty() || notified {
                 return Ok(events.len());
             }
@@ -884,9 +884,9 @@ impl EmulatedWaiter {
         if at_start == 0 {
             return false;
         }
-        let changed = |tk: &Protocol<'_>| {
-            slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start
-        };
+        let generation = self.membership.generation();
+        let changed =
+            |tk: &Protocol<'_>| slot.is_notified(generation) || waiting(tk) & at_start != at_start;
         slot.spinning.store(1, SeqCst);
         let mut until = Instant::now() + SPIN_FOR_RELEASE;
         if let Some(d) = deadline {
@@ -1315,24 +1315,31 @@ pub(crate) fn reap_member(group: &Protocol<'_>, m: u32, seen: Life) {
 #[derive(Clone)]
 pub(crate) struct EmulatedNotifier {
     member: u32,
-    /// The slot's generation when the member joined: once it left, another member may use the
-    /// slot, and this notifier must not wake that one.
+    /// The generation of the occupant it was made for: once that one left, another member may
+    /// use the slot, and this notifier must not wake that one.
     generation: u32,
 }
 
 impl EmulatedNotifier {
-    pub(crate) fn new(group: &Protocol<'_>, member: u32) -> EmulatedNotifier {
-        let generation = group.shared.member(member).generation();
+    pub(crate) fn new(member: u32, generation: u32) -> EmulatedNotifier {
         EmulatedNotifier { member, generation }
     }
 
+    /// Marks its occupant notified and rings that occupant's bell (by its generation, which
+    /// the bell's address carries, and without the `rung` mark, which belongs to whoever
+    /// occupies the slot now: a ring without it is only ever one ring too many).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaiterLeft`] if its occupant is no longer joined.
     pub(crate) fn notify(&self, group: &Protocol<'_>) -> Result<()> {
         let slot = group.shared.member(self.member);
-        if slot.generation() != self.generation {
-            return Ok(()); // the member left: there is nobody to wake
+        if !slot.notify(self.generation) {
+            return Err(Error::WaiterLeft {
+                member: self.member as usize,
+            });
         }
-        slot.notified.store(1, SeqCst);
-        group.wake(self.member);
+        group.bells.ring(self.member, self.generation);
         Ok(())
     }
 }

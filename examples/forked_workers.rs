@@ -63,9 +63,13 @@ fn with_threads(listener: &TcpListener) -> io::Result<()> {
         }
         clients(listener, 40)?;
         stop.store(true, SeqCst); // clean shutdown: set the flag, then wake every worker
-        workers
-            .iter()
-            .try_for_each(|(notifier, _)| notifier.notify())?;
+        for (notifier, _) in &workers {
+            match notifier.notify() {
+                // A worker that ended already (on an error) has left: nobody to wake.
+                Ok(()) | Err(herdless::Error::WaiterLeft { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let served: Vec<u64> = (workers.into_iter())
             .map(|(_, worker)| worker.join().expect("worker panicked"))
             .collect::<io::Result<_>>()?;

@@ -63,9 +63,9 @@ fn with_threads(listener: &TcpListener) -> io::Result<()> {
         }
         clients(listener, 40)?;
         stop.store(true, SeqCst); // clean shutdown: set the flag, then wake every worker
-        workers
-            .iter()
-            .try_for_each(|(notifier, _)| notifier.notify())?;
+        for (notifier, _) in &workers {
+            notifier.notify()?; // a worker that ended already (on an error): nobody to wake
+        }
         let served: Vec<u64> = (workers.into_iter())
             .map(|(_, worker)| worker.join().expect("worker panicked"))
             .collect::<io::Result<_>>()?;

@@ -90,8 +90,9 @@ extern "C" {
 #define HERDLESS_ENULL -1001
 
 /**
- * The handle is not a live group or waiter: never made, already freed (a double free), left,
- * or a handle of the other kind. errno EBADF.
+ * The handle is not a live group or waiter: never made, already freed (a double free), left
+ * (also by another thread while this call waited on it), or a handle of the other kind.
+ * errno EBADF.
  */
 #define HERDLESS_EBADHANDLE -1002
 
@@ -141,7 +142,7 @@ extern "C" {
 
 /**
  * Another thread is inside a call on this waiter right now (a waiter is used by one thread at
- * a time; herdless_notify is the exception). errno EBUSY.
+ * a time; herdless_notify and herdless_leave are the exceptions). errno EBUSY.
  */
 #define HERDLESS_EBUSY -1011
 
@@ -426,9 +427,12 @@ int herdless_group_backend(struct herdless_group group);
 int herdless_join(struct herdless_group group, struct herdless_waiter *out_waiter);
 
 /**
- * Leaves the group and frees the waiter handle. A second call returns HERDLESS_EBADHANDLE;
- * a call from another process HERDLESS_EWRONGPROCESS; a call while another thread is inside a
- * call on the waiter HERDLESS_EBUSY (wake it with herdless_notify first).
+ * Leaves the group and frees the waiter handle. May be called from any thread of the process
+ * that joined, also while another thread is inside a call on the waiter: that call finishes
+ * first, and one blocked in herdless_wait or herdless_poll is woken for it and returns
+ * HERDLESS_EBADHANDLE (herdless_poll: -1, errno EBADF), as every later call on the handle
+ * does. A second call returns HERDLESS_EBADHANDLE; a call from another process
+ * HERDLESS_EWRONGPROCESS.
  */
 int herdless_leave(struct herdless_waiter waiter);
 
@@ -479,7 +483,9 @@ int herdless_delete(struct herdless_waiter waiter, herdless_fd fd);
  * herdless_consumed).
  *
  * Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
- * is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error; HERDLESS_EIO.
+ * is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error
+ * (HERDLESS_EBADHANDLE also when another thread's herdless_leave ended the wait);
+ * HERDLESS_EIO.
  *
  * # Safety
  *
@@ -587,9 +593,9 @@ const char *herdless_strerror(int code);
  * never answered as always ready, which would make the caller spin); EINVAL if an interest is
  * refused (POLLPRI with HERDLESS_POLLEXCL) or a descriptor asked for with HERDLESS_POLLEXCL
  * is in blocking mode (HERDLESS_EBLOCKING: set O_NONBLOCK with fcntl first); EEXIST if a
- * descriptor was also added with herdless_add; EBADF for a bad waiter handle; EBUSY; EIO.
- * herdless_last_error() gives the HERDLESS_E* code of the failure and herdless_strerror() its
- * message.
+ * descriptor was also added with herdless_add; EBADF for a bad waiter handle (also when
+ * another thread's herdless_leave ended the wait); EBUSY; EIO. herdless_last_error() gives
+ * the HERDLESS_E* code of the failure and herdless_strerror() its message.
  *
  * # Safety
  *

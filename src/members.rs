@@ -165,7 +165,8 @@ pub(crate) struct MemberSlot {
     /// The process of the member (0 while FREE). Written by the joiner while JOINING, before
     /// `publish`; kept after it left or died, for the statistics.
     pub pid: AtomicU32,
-    /// Set by a `Notifier`, cleared by the member's next `wait` that sees it.
+    /// Set by a `Notifier` to its occupant's tag (`notified_tag`), taken by the member's next
+    /// `wait` that sees it (see `MemberSlot::notify`).
     pub notified: AtomicU32,
     /// Non-zero while the member spins briefly for a release instead of sleeping (emulation):
     /// whoever would ring its door bell leaves it, since the member is looking anyway.
@@ -217,6 +218,48 @@ impl MemberSlot {
         self.life().generation()
     }
 
+    /// Is occupant `generation` joined (IDLE or BUSY) in this slot now?
+    pub(crate) fn is_joined_as(&self, generation: u32) -> bool {
+        let life = self.life();
+        life.is_joined() && life.generation() == generation & GENERATION_MASK
+    }
+
+    /// Marks occupant `generation` notified; false (and nobody marked) if it is not joined
+    /// any more. The mark names the occupant (`notified_tag`): a notifier that checked an
+    /// earlier occupant and stores its mark after that one left and the next joined leaves a
+    /// mark the next one ignores (`take_notified`), never a spurious wake-up. The
+    /// compare-and-swap is made from the value loaded before the check, so a notifier of a
+    /// left occupant never overwrites the mark of the slot's current one: that mark was stored
+    /// after the current occupant joined, so a notifier that loaded it sees the new generation
+    /// in its check and stops.
+    pub(crate) fn notify(&self, generation: u32) -> bool {
+        let tag = notified_tag(generation);
+        let mut seen = self.notified.load(SeqCst);
+        loop {
+            if !self.is_joined_as(generation) {
+                return false;
+            }
+            if seen == tag {
+                return true;
+            }
+            match self.notified.compare_exchange(seen, tag, SeqCst, SeqCst) {
+                Ok(_) => return true,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// Takes occupant `generation`'s notification: true if it was notified. A mark left for
+    /// an earlier occupant is cleared and does not count.
+    pub(crate) fn take_notified(&self, generation: u32) -> bool {
+        self.notified.swap(0, SeqCst) == notified_tag(generation)
+    }
+
+    /// Is occupant `generation` notified (the mark not taken yet)?
+    pub(crate) fn is_notified(&self, generation: u32) -> bool {
+        self.notified.load(SeqCst) == notified_tag(generation)
+    }
+
     /// A slot of zeroes (under the model checker, where the memory is not a zeroed mapping).
     #[cfg(loom)]
     pub(crate) fn zeroed() -> MemberSlot {
@@ -232,6 +275,12 @@ impl MemberSlot {
             token_wakeups: Counter(AtomicU64::new(0)),
         }
     }
+}
+
+/// The `notified` mark of occupant `generation`: never 0 (no mark), and another for each
+/// generation of the slot.
+pub(crate) fn notified_tag(generation: u32) -> u32 {
+    (generation & GENERATION_MASK) | 1 << 31
 }
 
 /// A slot claimed by a joiner (JOINING), its liveness byte held.
@@ -259,7 +308,6 @@ pub(crate) struct Membership {
 
 impl Membership {
     /// The occupant's generation: what its door bell's address and its notifiers carry.
-    #[cfg_attr(not(unix), allow(dead_code))] // the Unix door bells' addresses
     pub(crate) fn generation(self) -> u32 {
         self.generation
     }

@@ -69,7 +69,7 @@ pub struct AcceptorStats {
 struct Shared {
     /// Drop: stop at once.
     stop: AtomicBool,
-    /// [`Acceptor::close`]: stop taking turns, hand over what is queued, then end.
+    /// [`Acceptor::close`]: stop taking turns, hand over what it was given, then end.
     closing: AtomicBool,
     accepted: AtomicU64,
     wakeups: AtomicU64,
@@ -284,12 +284,15 @@ impl Acceptor {
         })
     }
 
-    /// Stops taking turns: the thread leaves the group's line for the listener, accepts what
-    /// it had been woken for, hands it over and ends. Connections already taken stay to be
-    /// accepted; after them [`accept`](Self::accept) returns `NotConnected` and the `Stream`
-    /// ends. Other members of the group take every later connection: this is the graceful
-    /// way for a worker to leave (a restart that drops nothing). Dropping the acceptor instead
-    /// closes the connections it took but that were not accepted yet.
+    /// Stops taking turns: the thread hands out what it was given (the connection of the turn
+    /// it is in, or of an exclusive wake-up that came with the close: at most one accept after
+    /// the close), leaves the group's line for the listener and ends. It does not go on
+    /// taking connections that are queued at the listener: on a busy listener the other
+    /// members of the group take them. Connections already taken stay to be accepted; after
+    /// them [`accept`](Self::accept) returns `NotConnected` and the `Stream` ends. This is the
+    /// graceful way for a worker to leave (a restart that drops nothing, as long as another
+    /// member serves the listener). Dropping the acceptor instead closes the connections it
+    /// took but that were not accepted yet.
     pub fn close(&self) {
         self.closer().close();
     }
@@ -388,16 +391,18 @@ impl Pump {
             let Some(permit) = self.reserve() else {
                 return;
             };
+            // Did a wait of this turn end with no event (the close's notification)?
+            let mut woken = false;
             loop {
                 if self.shared.stop.load(SeqCst) {
                     return;
                 }
                 if self.shared.closing.load(SeqCst) {
-                    self.drain(permit);
+                    self.leave_line(permit, woken);
                     return;
                 }
                 match self.waiter.wait(&mut events, None) {
-                    Ok(0) => continue, // the notifier: look at the flags again
+                    Ok(0) => woken = true, // the notifier: look at the flags again
                     Ok(_) => break,
                     Err(e) => {
                         let _ = permit.send(Err(e.into()));
@@ -452,27 +457,39 @@ impl Pump {
         block_on(self.tx.clone().reserve_owned()).ok()
     }
 
-    /// Leaving after [`Acceptor::close`]: out of the line first, then the connections this
-    /// thread may have been woken for (an exclusive wake-up it took must not strand them).
-    fn drain(&mut self, mut permit: mpsc::OwnedPermit<Handoff>) {
-        let _ = self.waiter.delete(&self.listener);
-        loop {
-            match self.accept() {
+    /// Leaving after [`Acceptor::close`]: hands out what this thread was given and not yet
+    /// handed out, then leaves the listener's line. Given can only be an exclusive wake-up that
+    /// came with the close's notification (`woken`): natively it stays on this member's ready
+    /// list, the kernel having woken nobody else for it, when the wait returned the
+    /// notification's event in its place. A look (zero timeout) returns it, and it is accepted
+    /// and handed out: at most one accept, after which other members take every connection.
+    /// (Accepting until `WouldBlock`, as before, went on taking connections on a listener that
+    /// other members keep busy.) A turn whose wait returned the listener's event accepted it
+    /// already; a close seen before the turn's wait was given nothing.
+    fn leave_line(&mut self, permit: mpsc::OwnedPermit<Handoff>, woken: bool) {
+        let mut events = Events::with_capacity(1);
+        let given = woken
+            && matches!(
+                self.waiter.wait(&mut events, Some(std::time::Duration::ZERO)),
+                Ok(n) if n > 0
+            );
+        if given {
+            let taken = self.accept();
+            let _ = self.waiter.consumed(LISTENER);
+            match taken {
                 Ok(Some(conn)) => {
                     self.shared.accepted.fetch_add(1, SeqCst);
                     let _ = permit.send(Ok(conn));
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    self.shared.empty_wakeups.fetch_add(1, SeqCst);
+                }
                 Err(e) => {
                     let _ = permit.send(Err(e));
-                    break;
                 }
             }
-            match self.reserve() {
-                Some(p) => permit = p,
-                None => break,
-            }
         }
+        let _ = self.waiter.delete(&self.listener);
         self.note_switches();
     }
 

@@ -144,7 +144,8 @@ fn endless_timeout_is_no_deadline(backend: Backend) {
     assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(42)));
 }
 
-/// A notifier of a member that left does not wake the member that took its slot.
+/// A notifier of a member that left does not wake the member that took its slot:
+/// nobody is woken and `notify` returns `Ok` (a shutdown goes on past a worker that ended).
 fn stale_notifier_stays_quiet(backend: Backend) {
     let group = Group::builder()
         .backend(backend)
@@ -154,18 +155,95 @@ fn stale_notifier_stays_quiet(backend: Backend) {
     let old = group.join().unwrap();
     let notifier = old.notifier();
     drop(old);
+    notifier.notify().unwrap(); // nobody to wake: not an error
     let mut new = group.join().unwrap();
     notifier.notify().unwrap();
     let mut events = Events::with_capacity(1);
-    assert_eq!(
-        new.wait(&mut events, Some(Duration::from_millis(20)))
-            .unwrap(),
-        0
+    let timeout = Duration::from_millis(20);
+    let start = std::time::Instant::now();
+    assert_eq!(new.wait(&mut events, Some(timeout)).unwrap(), 0);
+    assert!(
+        start.elapsed() >= timeout,
+        "the old notifier ended the new member's wait early"
     );
     let stats = group.stats();
     assert_eq!(
         stats[0].wakeups, 0,
         "the old notifier woke the new member: {stats:?}"
+    );
+    // The new member's own notifier still works.
+    new.notifier().notify().unwrap();
+    assert_eq!(new.wait(&mut events, Some(WAIT_BOUND)).unwrap(), 0);
+}
+
+/// Notifiers of members that left, notified without pause by two threads, while members join
+/// the group's one slot, wait 10 ms and leave, round after round: a notifier that checked its
+/// member just before it left must not mark or ring the member that joins next. A wait with a
+/// timeout that returns 0 before its deadline, not interrupted, was notified (a loaded machine
+/// only makes waits late): none may, nor may its kernel wait return at all (it watches
+/// nothing); and no notify of a left member may report success.
+fn stale_notifiers_never_wake_the_next_occupant(backend: Backend) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+    const ROUNDS: usize = 300;
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(1)
+        .build()
+        .unwrap();
+    let stale: Arc<Mutex<Vec<herdless::Notifier>>> = Arc::default(); // of left members
+    let stop = Arc::new(AtomicBool::new(false));
+    let notified = Arc::new(AtomicU64::new(0));
+    let hammers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stale, stop) = (stale.clone(), stop.clone());
+            let notified = notified.clone();
+            std::thread::spawn(move || {
+                while !stop.load(SeqCst) {
+                    // The member that left last: the one whose slot is being joined now.
+                    let Some(last) = stale.lock().unwrap().last().cloned() else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    for _ in 0..256 {
+                        last.notify()
+                            .expect("a notify of a left member is not an error");
+                    }
+                    notified.fetch_add(256, SeqCst);
+                }
+            })
+        })
+        .collect();
+    let timeout = Duration::from_millis(10);
+    let (mut early, mut woken) = (0, 0);
+    let mut events = Events::with_capacity(1);
+    for _ in 0..ROUNDS {
+        let mut member = group.join().unwrap();
+        let start = std::time::Instant::now();
+        let n = member.wait(&mut events, Some(timeout)).unwrap();
+        if n == 0 && !events.interrupted() && start.elapsed() < timeout {
+            early += 1;
+        }
+        // It watches nothing: any return of its kernel wait was a ring meant for another.
+        woken += group.stats()[0].wakeups;
+        let notifier = member.notifier();
+        drop(member);
+        stale.lock().unwrap().push(notifier);
+    }
+    stop.store(true, SeqCst);
+    for h in hammers {
+        h.join().unwrap();
+    }
+    let notified = notified.load(SeqCst);
+    println!(
+        "{backend:?}: {ROUNDS} rounds, {early} waits ended early, {woken} kernel wake-ups, \
+         {notified} notifies of left members"
+    );
+    assert!(notified > 0, "the notifiers never ran");
+    assert_eq!(early, 0, "a notifier of a left member woke the next one");
+    assert_eq!(
+        woken, 0,
+        "a ring of a left member's notifier reached the next one"
     );
 }
 
@@ -204,5 +282,6 @@ every_backend!(
     builder_settings_are_checked,
     endless_timeout_is_no_deadline,
     stale_notifier_stays_quiet,
+    stale_notifiers_never_wake_the_next_occupant,
     one_token_per_file,
 );

@@ -152,10 +152,28 @@ int main(int argc, char **argv) {
     }
     expect("herdless_member while another thread waits on the waiter", busy, HERDLESS_EBUSY);
     EXPECT(herdless_add(waiter, p[0], 1, rx), HERDLESS_EBUSY);
-    EXPECT(herdless_leave(waiter), HERDLESS_EBUSY);
     EXPECT(herdless_notify(waiter), HERDLESS_OK);
     pthread_join(thread, NULL);
     expect("the notified herdless_wait returned 0", b.result, 0);
+
+    /* Another thread leaves the waiter while a thread waits on it: the leave wakes the wait,
+     * which answers HERDLESS_EBADHANDLE; the leave succeeds (capi/c/leave_race.c races it). */
+    {
+        herdless_waiter gone;
+        EXPECT(herdless_join(group, &gone), HERDLESS_OK);
+        struct busy g = {.waiter = gone, .result = -100};
+        pthread_create(&thread, NULL, wait_forever, &g);
+        busy = 0;
+        for (int i = 0; i < 10000 && busy != HERDLESS_EBUSY; i++) {
+            busy = herdless_member(gone);
+            if (busy != HERDLESS_EBUSY) usleep(1000);
+        }
+        EXPECT(herdless_leave(gone), HERDLESS_OK);
+        pthread_join(thread, NULL);
+        expect("the wait the leave ended returned HERDLESS_EBADHANDLE", g.result,
+               HERDLESS_EBADHANDLE);
+        EXPECT(herdless_notify(gone), HERDLESS_EBADHANDLE);
+    }
 
     /* Wrong process: the child inherits the handles; the waiter is refused, the group is not. */
     pid_t child = fork();

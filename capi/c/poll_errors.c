@@ -1,6 +1,7 @@
 /* herdless_poll speaks poll()'s language: the same bad input gets the same answer from both
  * (-1 and errno; POLLNVAL in revents), a signal handler ends the wait with -1/EINTR as it ends
- * poll(), and every call looks each number up again as poll() does: a number closed and
+ * poll() (also one the wait's signalfd does not see: a SIGTRAP from another thread, glibc's
+ * SIGSETXID of another thread's setuid), and every call looks each number up again as poll() does: a number closed and
  * reused (a new pipe, mq_close + mq_open, a reopened FIFO, dup2 over it) is watched anew, a
  * closed one gets POLLNVAL, herdless_delete then herdless_poll watches it again. A descriptor
  * that cannot be watched exclusively gets its error (-1/EPERM), never "always ready".
@@ -8,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <mqueue.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +136,88 @@ static void interrupted(const char *what, int fd, int flags) {
     snprintf(line, sizeof line, "%s: returned well before the 5 s timeout", what);
     check(line, ms_since(&start) < 4000, 1);
     alarm_in_ms(0, 0);
+}
+
+/* A handler that runs past the signalfd: the wait blocks every catchable signal and watches
+ * them through a signalfd, but never blocks the synchronous ones (SIGTRAP here, sent by
+ * another thread) nor glibc's own (the SIGSETXID every thread runs when another thread calls
+ * setuid). Their handler ends the kernel wait itself, which the Rust waiter reports as
+ * Events::interrupted(): the C calls answer it as poll() does, -1/EINTR and HERDLESS_EINTR. */
+static pthread_t waiting_thread;
+static int past_how;
+static volatile sig_atomic_t traps = 0;
+static void on_trap(int sig) {
+    (void)sig;
+    traps++;
+}
+static void *interrupt_later(void *arg) {
+    (void)arg;
+    usleep(50000);
+    if (past_how == 0) {
+        if (setuid(getuid()) != 0) perror("setuid");
+    } else {
+        pthread_kill(waiting_thread, SIGTRAP);
+    }
+    return NULL;
+}
+static void interrupted_past_the_signalfd(const char *what, int fd, int how) {
+    pthread_t helper;
+    struct pollfd pfd;
+    struct timespec start;
+    herdless_event ev[2];
+    int rc, err;
+    char line[200];
+    past_how = how;
+    waiting_thread = pthread_self();
+    handle(SIGTRAP, on_trap, 0);
+
+    pfd.fd = fd;
+    pfd.events = POLLIN;
+    pthread_create(&helper, NULL, interrupt_later, NULL);
+    errno = 0;
+    rc = poll(&pfd, 1, 5000);
+    err = errno;
+    pthread_join(helper, NULL);
+    snprintf(line, sizeof line, "%s: poll() returns -1/EINTR", what);
+    check(line, rc == -1 && err == EINTR, 1);
+
+    herdless_poll(w, NULL, 0, 0);
+    pfd.events = (short)(POLLIN | excl);
+    traps = 0;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    pthread_create(&helper, NULL, interrupt_later, NULL);
+    errno = 0;
+    rc = herdless_poll(w, &pfd, 1, 5000);
+    err = errno;
+    pthread_join(helper, NULL);
+    snprintf(line, sizeof line, "%s: herdless_poll returns -1", what);
+    check(line, rc, -1);
+    snprintf(line, sizeof line, "%s: herdless_poll errno EINTR", what);
+    check(line, err, EINTR);
+    snprintf(line, sizeof line, "%s: herdless_last_error is HERDLESS_EINTR", what);
+    check(line, herdless_last_error(), HERDLESS_EINTR);
+    snprintf(line, sizeof line, "%s: herdless_poll returned well before its 5 s", what);
+    check(line, ms_since(&start) < 4000, 1);
+
+    herdless_poll(w, NULL, 0, 0);
+    herdless_add(w, fd, 7, HERDLESS_READABLE | HERDLESS_EXCLUSIVE);
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    pthread_create(&helper, NULL, interrupt_later, NULL);
+    errno = 0;
+    rc = herdless_wait(w, ev, 2, 5000);
+    err = errno;
+    pthread_join(helper, NULL);
+    snprintf(line, sizeof line, "%s: herdless_wait returns HERDLESS_EINTR", what);
+    check(line, rc, HERDLESS_EINTR);
+    snprintf(line, sizeof line, "%s: herdless_wait errno EINTR", what);
+    check(line, err, EINTR);
+    snprintf(line, sizeof line, "%s: herdless_wait returned well before its 5 s", what);
+    check(line, ms_since(&start) < 4000, 1);
+    if (how == 1) {
+        snprintf(line, sizeof line, "%s: the handler ran in the waiting thread, twice", what);
+        check(line, traps, 2);
+    }
+    herdless_delete(w, fd);
 }
 
 /* No handler to run (ignored, or SIGCHLD's default): no EINTR, from either; the timeout. */
@@ -298,6 +382,9 @@ int main(int argc, char **argv) {
         check("herdless_wait: the handler ran once", alarms, 1);
         herdless_delete(w, a[0]);
     }
+
+    interrupted_past_the_signalfd("another thread's setuid (glibc's SIGSETXID)", a[0], 0);
+    interrupted_past_the_signalfd("SIGTRAP sent to the waiting thread", a[0], 1);
 
     /* ---- each number looked up on every call ---- */
     /* A registered pipe closed: POLLNVAL. Its number reused by a new pipe: watched anew. */

@@ -19,8 +19,9 @@ pub const HERDLESS_OK: c_int = 0;
 /// A pointer argument was NULL (or an array pointer was NULL with a non-zero length). errno
 /// EFAULT.
 pub const HERDLESS_ENULL: c_int = -1001;
-/// The handle is not a live group or waiter: never made, already freed (a double free), left,
-/// or a handle of the other kind. errno EBADF.
+/// The handle is not a live group or waiter: never made, already freed (a double free), left
+/// (also by another thread while this call waited on it), or a handle of the other kind.
+/// errno EBADF.
 pub const HERDLESS_EBADHANDLE: c_int = -1002;
 /// The waiter was joined by another process (it was inherited across fork): join the group
 /// again in this process. errno EBADF.
@@ -43,7 +44,7 @@ pub const HERDLESS_EFULL: c_int = -1009;
 /// The backend asked for is not available on this system. errno ENOSYS.
 pub const HERDLESS_EUNAVAILABLE: c_int = -1010;
 /// Another thread is inside a call on this waiter right now (a waiter is used by one thread at
-/// a time; herdless_notify is the exception). errno EBUSY.
+/// a time; herdless_notify and herdless_leave are the exceptions). errno EBUSY.
 pub const HERDLESS_EBUSY: c_int = -1011;
 /// The operating system refused something; the message says what and why. errno: the
 /// system's own, else EIO.

@@ -471,9 +471,12 @@ pub unsafe extern "C" fn herdless_join(
     })
 }
 
-/// Leaves the group and frees the waiter handle. A second call returns HERDLESS_EBADHANDLE;
-/// a call from another process HERDLESS_EWRONGPROCESS; a call while another thread is inside a
-/// call on the waiter HERDLESS_EBUSY (wake it with herdless_notify first).
+/// Leaves the group and frees the waiter handle. May be called from any thread of the process
+/// that joined, also while another thread is inside a call on the waiter: that call finishes
+/// first, and one blocked in herdless_wait or herdless_poll is woken for it and returns
+/// HERDLESS_EBADHANDLE (herdless_poll: -1, errno EBADF), as every later call on the handle
+/// does. A second call returns HERDLESS_EBADHANDLE; a call from another process
+/// HERDLESS_EWRONGPROCESS.
 #[no_mangle]
 pub extern "C" fn herdless_leave(waiter: herdless_waiter) -> c_int {
     ffi(|| registry::free_waiter(waiter.id).map(|()| HERDLESS_OK))
@@ -567,7 +570,9 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
 /// herdless_consumed).
 ///
 /// Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
-/// is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error; HERDLESS_EIO.
+/// is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error
+/// (HERDLESS_EBADHANDLE also when another thread's herdless_leave ended the wait);
+/// HERDLESS_EIO.
 ///
 /// # Safety
 ///
@@ -592,6 +597,7 @@ pub unsafe extern "C" fn herdless_wait(
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
         let n = state.wait(capacity, timeout_of(timeout_ms))?;
+        state.ended_by_leave(n)?;
         // SAFETY: the caller gave `capacity` writable herdless_event slots at `events` (checked
         // non-NULL above); at most `capacity` are written.
         let out = unsafe { std::slice::from_raw_parts_mut(events, capacity) };

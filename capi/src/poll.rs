@@ -94,9 +94,9 @@ fn interest_of(events: i16) -> Option<Interest> {
 /// never answered as always ready, which would make the caller spin); EINVAL if an interest is
 /// refused (POLLPRI with HERDLESS_POLLEXCL) or a descriptor asked for with HERDLESS_POLLEXCL
 /// is in blocking mode (HERDLESS_EBLOCKING: set O_NONBLOCK with fcntl first); EEXIST if a
-/// descriptor was also added with herdless_add; EBADF for a bad waiter handle; EBUSY; EIO.
-/// herdless_last_error() gives the HERDLESS_E* code of the failure and herdless_strerror() its
-/// message.
+/// descriptor was also added with herdless_add; EBADF for a bad waiter handle (also when
+/// another thread's herdless_leave ended the wait); EBUSY; EIO. herdless_last_error() gives
+/// the HERDLESS_E* code of the failure and herdless_strerror() its message.
 ///
 /// # Safety
 ///
@@ -129,7 +129,9 @@ pub unsafe extern "C" fn herdless_poll(
         };
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        poll_locked(&mut state, fds, timeout_ms)
+        let got = poll_locked(&mut state, fds, timeout_ms)?;
+        state.ended_by_leave(got as usize)?;
+        Ok(got)
     })
 }
 

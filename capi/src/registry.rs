@@ -7,21 +7,29 @@
 //! inherited across `fork` is refused with `HERDLESS_EWRONGPROCESS`.
 //!
 //! Lookups take a read lock for a moment and clone an `Arc`, so a waiter blocked in
-//! `herdless_wait` holds no lock another thread needs (`herdless_notify` goes through). On Unix
-//! the registry's lock is taken around `fork` (`pthread_atfork`), so a child forked while
-//! another thread was in the middle of a lookup finds it unlocked.
+//! `herdless_wait` holds no lock another thread needs (`herdless_notify` goes through). The
+//! waiter itself lives inside the lock it is used under (`WaiterEntry::state`), and
+//! `herdless_leave` takes it out under that lock: a call that looked the handle up either
+//! locks before the leave and runs on the live waiter (the leave waits for it, and wakes it
+//! first if it waits), or locks after and finds no waiter (`HERDLESS_EBADHANDLE`). A lookup and
+//! a lock in two steps, with the waiter beside the lock, let a leave slip in between: the call
+//! then waited for ever on a member that had left and that `herdless_notify` could no longer
+//! name (`capi/c/leave_race.c`). On Unix the registry's lock is taken around `fork`
+//! (`pthread_atfork`), so a child forked while another thread was in the middle of a lookup
+//! finds it unlocked.
 
 #[cfg(unix)]
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 #[cfg(unix)]
 use std::sync::Once;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use herdless::{Events, Group, Notifier, Waiter};
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
-use crate::errors::HERDLESS_EINTR;
-use crate::errors::{Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EWRONGPROCESS};
+use crate::errors::{
+    Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EINTR, HERDLESS_EWRONGPROCESS,
+};
 
 /// The kind tag of a group handle (top byte of the id).
 const GROUP_TAG: u64 = 0x47; // 'G'
@@ -37,8 +45,52 @@ pub(crate) struct WaiterEntry {
     pub(crate) pid: u32,
     /// Wakes the waiter without taking its lock.
     pub(crate) notifier: Notifier,
-    /// The waiter and its buffers; one thread at a time.
-    pub(crate) state: Mutex<WaiterState>,
+    /// Set by `herdless_leave` before it takes the lock: a call that finds the lock taken by
+    /// the leave, or whose wait the leave ended, answers `HERDLESS_EBADHANDLE`.
+    leaving: AtomicBool,
+    /// The waiter and its buffers, one thread at a time; `None` once the waiter left (taken
+    /// out under this lock by `herdless_leave`).
+    state: Mutex<Option<WaiterState>>,
+}
+
+/// A waiter locked for one call: live, and used by this thread alone until dropped.
+pub(crate) struct Locked<'a> {
+    guard: MutexGuard<'a, Option<WaiterState>>,
+    leaving: &'a AtomicBool,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = WaiterState;
+    fn deref(&self) -> &WaiterState {
+        // `lock` makes a `Locked` only of a live waiter, and only `free_waiter` empties it,
+        // under the lock this guard holds.
+        self.guard.as_ref().expect("a locked waiter is live")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut WaiterState {
+        self.guard.as_mut().expect("a locked waiter is live")
+    }
+}
+
+impl Locked<'_> {
+    /// A call that waited and got nothing: was it the leave of the waiter (`herdless_leave` in
+    /// another thread wakes a wait on it) that ended it? Then the call answers
+    /// `HERDLESS_EBADHANDLE`: the handle is gone.
+    pub(crate) fn ended_by_leave(&self, got: usize) -> Result<(), Failure> {
+        match got == 0 && self.leaving.load(SeqCst) {
+            true => Err(left_while_in_call()),
+            false => Ok(()),
+        }
+    }
+}
+
+fn left_while_in_call() -> Failure {
+    Failure::new(
+        HERDLESS_EBADHANDLE,
+        "the waiter left (herdless_leave in another thread) while this call was on it",
+    )
 }
 
 /// A descriptor `herdless_poll` registered: the pollfd `events` bits it was registered for,
@@ -141,7 +193,23 @@ impl WaiterState {
             self.waiter.wait(&mut self.events, timeout)?;
         }
         let _ = n;
-        Ok(self.user_events().count())
+        self.unless_interrupted()
+    }
+
+    /// The caller's event count, or HERDLESS_EINTR if the Rust wait reports that a signal
+    /// handler ended it (`Events::interrupted`, with no events): a handler the signalfd did
+    /// not catch, because the wait does not block its signal (a synchronous one such as SIGTRAP
+    /// sent by another thread, or one of the C library's own, such as glibc's SIGSETXID that
+    /// another thread's `setuid` sends to every thread). `poll(2)` answers these with EINTR.
+    fn unless_interrupted(&self) -> Result<usize, Failure> {
+        let user = self.user_events().count();
+        if user == 0 && self.events.interrupted() {
+            return Err(Failure::new(
+                HERDLESS_EINTR,
+                "interrupted: a signal handler ran while the waiter waited",
+            ));
+        }
+        Ok(user)
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -167,10 +235,12 @@ impl WaiterState {
             let n = self.waiter.wait(&mut self.events, left)?;
             let user = self.user_events().count();
             if user > 0 || n == 0 {
-                // Events, a timeout or a notification: the handlers of any signal that came
-                // meanwhile run as the mask is put back (on drop), as after poll(2).
+                // Events, a timeout, a notification, or a handler that ran in the kernel wait
+                // (a signal the wait does not block: `unless_interrupted`): the handlers of any
+                // signal that came meanwhile run as the mask is put back (on drop), as after
+                // poll(2).
                 drop(blocked);
-                return Ok(user);
+                return self.unless_interrupted();
             }
             // Only the signalfd: is a handler due?
             let handler = self.signals.as_ref().is_some_and(|w| w.handler_pending());
@@ -285,7 +355,8 @@ pub(crate) fn insert_waiter(waiter: Waiter) -> u64 {
     let entry = WaiterEntry {
         pid: std::process::id(),
         notifier: waiter.notifier(),
-        state: Mutex::new(WaiterState::new(waiter)),
+        leaving: AtomicBool::new(false),
+        state: Mutex::new(Some(WaiterState::new(waiter))),
     };
     insert(Entry::Waiter(Arc::new(entry)), WAITER_TAG)
 }
@@ -330,17 +401,33 @@ pub(crate) fn waiter(id: u64) -> Result<Arc<WaiterEntry>, Failure> {
     Ok(entry)
 }
 
-/// Locks a waiter for one call; refuses if another thread is in a call on it.
-pub(crate) fn lock(entry: &WaiterEntry) -> Result<MutexGuard<'_, WaiterState>, Failure> {
-    match entry.state.try_lock() {
-        Ok(guard) => Ok(guard),
-        Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => Err(Failure::new(
-            HERDLESS_EBUSY,
-            "another thread is inside a call on this waiter (a waiter is used by one thread at \
-             a time; only herdless_notify may be called from others)",
-        )),
+/// Locks a waiter for one call; refuses if another thread is in a call on it, and if the
+/// waiter left (meanwhile: the caller looked the handle up before `herdless_leave` took the
+/// waiter out).
+pub(crate) fn lock(entry: &WaiterEntry) -> Result<Locked<'_>, Failure> {
+    let guard = match entry.state.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        // The leave sets its flag before it takes the lock.
+        Err(std::sync::TryLockError::WouldBlock) if entry.leaving.load(SeqCst) => {
+            return Err(left_while_in_call())
+        }
+        Err(std::sync::TryLockError::WouldBlock) => {
+            return Err(Failure::new(
+                HERDLESS_EBUSY,
+                "another thread is inside a call on this waiter (a waiter is used by one \
+                 thread at a time; only herdless_notify and herdless_leave may be called from \
+                 others)",
+            ))
+        }
+    };
+    if guard.is_none() {
+        return Err(left_while_in_call());
     }
+    Ok(Locked {
+        guard,
+        leaving: &entry.leaving,
+    })
 }
 
 /// Frees a group handle.
@@ -366,13 +453,15 @@ pub(crate) fn free_group(id: u64) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Frees a waiter handle (the member leaves the group). Refused in another process, and while
-/// another thread is inside a call on the waiter.
+/// Frees a waiter handle (the member leaves the group). Refused in another process. A call
+/// on the waiter in another thread finishes first; one blocked in a wait is woken for it and
+/// answers `HERDLESS_EBADHANDLE`, as every call that comes after.
 pub(crate) fn free_waiter(id: u64) -> Result<(), Failure> {
     let entry = waiter(id)?;
-    // Held until the entry is out of the registry: no call can start on it meanwhile that
-    // would keep the member alive after `herdless_leave` returned.
-    let state = lock(&entry)?;
+    if entry.leaving.swap(true, SeqCst) {
+        return Err(bad_handle("waiter", id)); // another thread is leaving it
+    }
+    // Out of the registry first: no lookup finds it from here on.
     let removed = {
         let mut reg = write();
         let (index, generation) = decode(id, WAITER_TAG).ok_or_else(|| bad_handle("waiter", id))?;
@@ -386,10 +475,16 @@ pub(crate) fn free_waiter(id: u64) -> Result<(), Failure> {
             _ => return Err(bad_handle("waiter", id)),
         }
     };
-    drop(state);
-    drop(entry);
-    // The last reference: the Waiter drops here and leaves the group.
+    // A wait in another thread returns (a notification sent before it waits ends its wait at
+    // once), sees the flag and lets go of the lock.
+    let _ = entry.notifier.notify();
+    // Then the waiter comes out under its lock: a call that holds the lock finishes first; one
+    // that locks after finds nothing.
+    let state = entry.state.lock().unwrap_or_else(|e| e.into_inner()).take();
     drop(removed);
+    drop(entry);
+    // The Waiter drops here, outside every lock, and leaves the group.
+    drop(state);
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! Signals end a C wait as they end `poll(2)`: −1 with `EINTR` from `herdless_poll`,
 //! `HERDLESS_EINTR` from `herdless_wait`, when a handler ran and nothing was ready.
 //!
-//! The Rust waiter goes on waiting after an interrupting signal, so the C layer cannot learn of
-//! the handler from the kernel wait's `EINTR`. Instead, for the length of a blocking wait, the
+//! The Rust waiter ends its wait when a handler runs inside its kernel wait
+//! (`Events::interrupted`), but a handler that runs just before that wait would be missed (the
+//! race `ppoll` exists for). So, for the length of a blocking wait, the
 //! calling thread blocks the signals it had not blocked itself (`pthread_sigmask`, the way
 //! `ppoll` swaps masks atomically), and the waiter watches a `signalfd` of exactly those
 //! signals, registered once as an ordinary (non-exclusive) descriptor under a key no caller
@@ -18,7 +19,10 @@
 //! signalfd per waiter. Every signal sent to the process while members wait is seen by every
 //! waiting member of that process (the signalfd's wait queue is the process's), which then
 //! goes back to waiting unless the signal was its own: a signal wakes each waiting thread once.
-//! Synchronous signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS) are never blocked.
+//! Synchronous signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS) are never blocked,
+//! nor the C library's own (glibc's SIGCANCEL and SIGSETXID, outside `sigfillset`): their
+//! handlers run inside the kernel wait, which the Rust waiter reports as `Events::interrupted`,
+//! and the registry answers that with `HERDLESS_EINTR` too (`WaiterState::unless_interrupted`).
 
 use std::ffi::c_int;
 use std::mem::MaybeUninit;

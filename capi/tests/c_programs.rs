@@ -416,3 +416,27 @@ fn the_poll_cost_program_runs_on_both_backends() {
         assert!(run(&exe, &["2000", "-1", backend]).contains("ns/call"));
     }
 }
+
+/// One thread leaves a waiter while another calls herdless_wait(-1) or herdless_poll(-1) on
+/// it, at a different moment each round: every round ends, the leave with HERDLESS_OK and the
+/// other call with HERDLESS_EBADHANDLE (the program's alarm fails a round that hangs).
+fn leave_race(backend: &str) {
+    let Some(exe) = build("leave_race") else {
+        return;
+    };
+    let out = run(&exe, &[backend, "5000"]);
+    assert!(
+        out.contains("0 check(s) failed; every round ended"),
+        "{out}"
+    );
+}
+
+#[test]
+fn leave_while_another_thread_waits_always_ends_native() {
+    leave_race("native");
+}
+
+#[test]
+fn leave_while_another_thread_waits_always_ends_emulated() {
+    leave_race("emulated");
+}

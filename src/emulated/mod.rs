@@ -53,7 +53,6 @@ mod wait;
 mod windows;
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -292,24 +291,24 @@ impl EmulatedWaiter {
 #[derive(Clone)]
 pub(crate) struct EmulatedNotifier {
     member: u32,
-    /// The slot's generation when the member joined: once it left, another member may use the
-    /// slot, and this notifier must not wake that one.
+    /// The generation of the occupant it was made for: once that one left, another member may
+    /// use the slot, and this notifier must not wake that one.
     generation: u32,
 }
 
 impl EmulatedNotifier {
-    pub(crate) fn new(group: &Protocol<'_>, member: u32) -> EmulatedNotifier {
-        let generation = group.shared.member(member).generation();
+    pub(crate) fn new(member: u32, generation: u32) -> EmulatedNotifier {
         EmulatedNotifier { member, generation }
     }
 
+    /// Marks its occupant notified and rings that occupant's bell (by its generation, which
+    /// the bell's address carries, and without the `rung` mark, which belongs to whoever
+    /// occupies the slot now: a ring without it is only ever one ring too many). An occupant
+    /// that left is not there to wake: nothing is done.
     pub(crate) fn notify(&self, group: &Protocol<'_>) -> Result<()> {
-        let slot = group.shared.member(self.member);
-        if slot.generation() != self.generation {
-            return Ok(()); // the member left: there is nobody to wake
+        if group.shared.member(self.member).notify(self.generation) {
+            group.bells.ring(self.member, self.generation);
         }
-        slot.notified.store(1, SeqCst);
-        group.wake(self.member);
         Ok(())
     }
 }

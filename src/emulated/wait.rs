@@ -147,7 +147,7 @@ impl EmulatedWaiter {
     pub(super) fn poll_once(&mut self, tk: &Protocol<'_>, events: &mut Events) -> Result<usize> {
         let me = self.me;
         let slot = tk.shared.member(me.slot);
-        if slot.notified.swap(0, SeqCst) != 0 {
+        if slot.take_notified(self.membership.generation()) {
             tk.drain_bell(me.slot);
             return Ok(0);
         }
@@ -353,14 +353,14 @@ impl EmulatedWaiter {
     ) -> Result<Slept> {
         let slot = tk.shared.member(self.me.slot);
         if self.spin_for_release(tk, pass.deadline) {
-            if slot.notified.swap(0, SeqCst) != 0 {
+            if slot.take_notified(self.membership.generation()) {
                 slot.wakeups.add(1);
                 return Ok(Slept::Done(0));
             }
             return Ok(Slept::Again);
         }
         if !self.pending.is_empty() && !pass.probe {
-            if slot.notified.swap(0, SeqCst) != 0 {
+            if slot.take_notified(self.membership.generation()) {
                 tk.drain_bell(self.me.slot);
                 return Ok(Slept::Done(0));
             }
@@ -422,7 +422,7 @@ impl EmulatedWaiter {
             self.note_backlog(tk);
             // (A notification counts: on Windows the bell is the poller's notify, which
             // this look consumed without leaving an event.)
-            if self.raw_events.is_empty() && slot.notified.load(SeqCst) == 0 {
+            if self.raw_events.is_empty() && !slot.is_notified(self.membership.generation()) {
                 return None; // nothing yet: now sleep until there is
             }
         }
@@ -437,7 +437,7 @@ impl EmulatedWaiter {
         }
         let found_readiness = !self.pending.is_empty();
         self.serve_pending(tk, events, limit);
-        let notified = rung && slot.notified.swap(0, SeqCst) != 0;
+        let notified = rung && slot.take_notified(self.membership.generation());
         if !events.is_empty() || notified {
             return Some(events.len());
         }
@@ -464,7 +464,7 @@ impl EmulatedWaiter {
         if checked || pass.suspect {
             self.look_for_stuck(tk);
         }
-        if slot.notified.swap(0, SeqCst) != 0 {
+        if slot.take_notified(self.membership.generation()) {
             slot.wakeups.add(1);
             return Some(0);
         }
@@ -515,9 +515,9 @@ impl EmulatedWaiter {
         if at_start == 0 {
             return false;
         }
-        let changed = |tk: &Protocol<'_>| {
-            slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start
-        };
+        let generation = self.membership.generation();
+        let changed =
+            |tk: &Protocol<'_>| slot.is_notified(generation) || waiting(tk) & at_start != at_start;
         slot.spinning.store(1, SeqCst);
         let mut until = Instant::now() + SPIN_FOR_RELEASE;
         if let Some(d) = deadline {

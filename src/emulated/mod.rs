@@ -42,6 +42,7 @@ mod identity;
 mod kernel_wait;
 #[cfg(unix)]
 mod other_unix;
+mod poller;
 mod protocol;
 #[cfg(all(windows, not(loom)))]
 mod windows;
@@ -51,7 +52,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use polling::{PollMode, Poller};
+use poller::{PollMode, Poller};
 
 use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
@@ -213,7 +214,11 @@ impl EmulatedWaiter {
             // SAFETY: the bell is this waiter's, and `leave` deletes it from the poller before
             // it drops it.
             unsafe {
-                poller.add_with_mode(&fd, polling::Event::readable(DOORBELL_KEY), PollMode::Level)
+                poller.add_with_mode(
+                    &fd,
+                    poller::Event::new(DOORBELL_KEY, true, false),
+                    PollMode::Level,
+                )
             }
             .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
@@ -1158,7 +1163,7 @@ impl EmulatedWaiter {
     fn poller_add(&self, fd: RawSource, key: usize, interest: Interest) -> Result<()> {
         #[cfg(all(windows, not(loom)))]
         windows::check_socket(fd)?;
-        let mut ev = polling::Event::new(key, interest.is_readable(), interest.is_writable());
+        let mut ev = poller::Event::new(key, interest.is_readable(), interest.is_writable());
         ev.set_priority(interest.is_priority());
         // SAFETY: the caller registered this open descriptor and must keep it open until it is
         // deleted; we delete it from the poller on `delete`, when the member stops watching it,
@@ -1211,7 +1216,7 @@ impl EmulatedWaiter {
                 unsafe {
                     poller.add_with_mode(
                         &fd,
-                        polling::Event::readable(DOORBELL_KEY),
+                        poller::Event::new(DOORBELL_KEY, true, false),
                         PollMode::Level,
                     )
                 }

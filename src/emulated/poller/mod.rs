@@ -17,6 +17,7 @@
 //! polling release has it, this module can go back to re-exporting `polling`'s types.
 
 #[cfg(not(windows))]
+#[allow(unused_imports)] // `Events` is the kernel wait's only where it is polling's
 pub(crate) use polling::{Event, Events, PollMode, Poller};
 
 #[cfg(windows)]

@@ -10,9 +10,11 @@
 //! - `member-deletes`: A deletes S from its waiter, then drops it, B still has it registered.
 //!
 //! Each for UDP and TCP, S and T registered plain and exclusive, on every backend this system
-//! has (a missing one is skipped loudly). `--runs N` repeats every case; `--bound-secs S` is the
-//! time a case may take before it counts as hung (default 20 s: a passing case takes well
-//! under a second, so only a hang reaches it). Exit status 1 if any case failed.
+//! has (a missing one is skipped loudly). `--only VARIANT`, `--proto udp|tcp` and `--interest
+//! plain|exclusive` pick cases (`under-wine.sh` runs one case per process, so that a crash of
+//! Wine's server costs one case); `--runs N` repeats every case; `--bound-secs S` is the time a
+//! case may take before it counts as hung (default 20 s: a passing case takes well under a
+//! second, so only a hang reaches it). Exit status 1 if any case failed.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -278,7 +280,8 @@ fn run_case(
 fn main() {
     let mut runs = 1usize;
     let mut bound = Duration::from_secs(20);
-    let mut only: Option<String> = None;
+    let (mut only, mut only_proto, mut only_interest) =
+        (None::<String>, None::<String>, None::<String>);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -291,7 +294,12 @@ fn main() {
                 )
             }
             "--only" => only = args.next(),
-            other => panic!("unknown argument {other}: --runs N, --bound-secs S, --only VARIANT"),
+            "--proto" => only_proto = args.next(),
+            "--interest" => only_interest = args.next(),
+            other => panic!(
+                "unknown argument {other}: --runs N, --bound-secs S, --only VARIANT, \
+                 --proto udp|tcp, --interest plain|exclusive"
+            ),
         }
     }
     let mut backends = vec![Backend::Emulated];
@@ -311,13 +319,16 @@ fn main() {
                 continue;
             }
             for proto in [Proto::Udp, Proto::Tcp] {
+                let proto_name = format!("{proto:?}").to_lowercase();
+                if only_proto.as_deref().is_some_and(|o| o != proto_name) {
+                    continue;
+                }
                 for exclusive in [false, true] {
-                    let case = format!(
-                        "{backend:?} {} {:?} {}",
-                        variant.name(),
-                        proto,
-                        if exclusive { "exclusive" } else { "plain" }
-                    );
+                    let interest_name = if exclusive { "exclusive" } else { "plain" };
+                    if only_interest.as_deref().is_some_and(|o| o != interest_name) {
+                        continue;
+                    }
+                    let case = format!("{backend:?} {} {proto:?} {interest_name}", variant.name());
                     let mut passed = 0;
                     for run in 1..=runs {
                         match run_case(backend, proto, exclusive, variant, bound) {

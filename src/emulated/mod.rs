@@ -469,9 +469,18 @@ impl EmulatedWaiter {
             if want {
                 match self.poller_add(fd, key, interest) {
                     Ok(()) => {}
-                    // Closed while registered, or its number taken by a descriptor already in
-                    // the poller (the library's own, say): forget it, as the kernel did.
-                    Err(Error::BadDescriptor { .. }) | Err(Error::AlreadyRegistered { .. }) => {
+                    // Closed while registered, its number taken by a descriptor already in
+                    // the poller (the library's own, say) or by one that cannot be watched (on
+                    // Windows, a handle of another kind), or closed while being added: forget
+                    // it, as the kernel did.
+                    Err(Error::BadDescriptor { .. })
+                    | Err(Error::AlreadyRegistered { .. })
+                    | Err(Error::UnwatchableDescriptor { .. }) => {
+                        let _ = self.forget(tk, fd);
+                        continue;
+                    }
+                    #[cfg(all(windows, not(loom)))]
+                    Err(_) if windows::check_socket(fd).is_err() => {
                         let _ = self.forget(tk, fd);
                         continue;
                     }

@@ -65,7 +65,7 @@ for run in $(seq "$runs"); do
           if [ "$rc" -ne 0 ] && server_died; then
             crashes=$((crashes + 1))
             echo "wineserver died during $variant $proto $interest (run $run, attempt $attempt):" \
-              "$(grep -m1 Assertion "$out/wineserver.log" || echo 'no assertion in its log')"
+              "$(grep Assertion "$out/wineserver.log" | tail -n 1 || true)"
             cp "$log" "$out/crash-$crashes.log"
             rc=125
             continue

@@ -268,9 +268,18 @@ fn run_case(
         .iter()
         .map(|s| s.as_ref().map_or("-".into(), |s| s.errors.to_string()))
         .collect();
+    let first: Vec<String> = seen
+        .iter()
+        .flatten()
+        .filter_map(|s| s.first_error.clone())
+        .collect();
+    let first = match first.is_empty() {
+        true => String::new(),
+        false => format!(" (first: {})", first.join("; ")),
+    };
     match problems.is_empty() {
         true => Ok(format!(
-            "{got} of {MESSAGES} received in {took:.1?}, errors A {} B {}",
+            "{got} of {MESSAGES} received in {took:.1?}, errors A {} B {}{first}",
             errors[0], errors[1]
         )),
         false => Err(problems.join("; ")),

@@ -41,7 +41,7 @@ start_server() {
 server_died() { ! kill -0 "$server" 2>/dev/null; }
 
 start_server
-crashes=0 failed=0
+crashes=0 failed=0 killed_at_exit=0
 : >"$out/results"
 for run in $(seq "$runs"); do
   for variant in other-drops member-drops member-deletes; do
@@ -70,6 +70,13 @@ for run in $(seq "$runs"); do
             rc=125
             continue
           fi
+          # Killed (SIGKILL) by Wine while exiting, after the program printed its verdict, a
+          # passing one (seen 2 times in 120 runs): the cases passed, the exit is Wine's.
+          if [ "$rc" -eq 137 ] && [ "$(tail -n 1 "$log")" = "every case passed" ]; then
+            killed_at_exit=$((killed_at_exit + 1))
+            echo "killed by Wine at exit, after its verdict: $variant $proto $interest (run $run)"
+            rc=0
+          fi
           break
         done
         grep -h '^ok\|^FAILED' "$log" | tee -a "$out/results"
@@ -84,7 +91,8 @@ for run in $(seq "$runs"); do
 done
 timeout 60 wineserver -k >/dev/null 2>&1 || true
 reap_orphans
-echo "== per case: passed runs of $runs (wineserver crashes, the case run again: $crashes) =="
+echo "== per case: passed runs of $runs (wineserver crashes, the case run again: $crashes;" \
+  "killed by Wine at exit after passing: $killed_at_exit) =="
 sed -n 's/^ok *[A-Za-z]* \([^ ]* [^ ]* [^ ]*\) (run .*/\1/p' "$out/results" | sort | uniq -c
 if [ "$failed" -ne 0 ]; then
   echo "some cases FAILED (see above)"

@@ -11,6 +11,8 @@
 # program waits for it for ever. So the server runs here in the foreground with its own log, a
 # case whose server died is stopped at once and run again (3 attempts at most), and every crash
 # is counted and shown. A case that fails or hangs while the server lives is never run again.
+# A case killed by Wine (SIGKILL, status 137) while exiting, after it printed a passing verdict,
+# counts as passed and is counted and shown apart.
 # Exit status 1 if any case failed.
 set -uo pipefail
 exe=$1 runs=$2 bound=$3 out=$4

@@ -21,7 +21,7 @@
 //! | Linux | `Native` | one epoll per waiter, `EPOLLEXCLUSIVE`, rotation by delete + re-add (nginx 1.21.6) |
 //! | Linux, on request | `Emulated` | token passing (Leader/Followers) over `polling` (epoll) |
 //! | macOS, FreeBSD, other BSDs | `Emulated` | token passing over `polling` (kqueue) |
-//! | Windows | `Emulated` | token passing over `polling` (IOCP), sockets, threads only |
+//! | Windows | `Emulated` | token passing over polling's IOCP backend (a fixed copy in herdless), sockets, threads only |
 //!
 //! # Using it
 //!

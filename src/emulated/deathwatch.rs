@@ -16,7 +16,7 @@
 //! The pidfds are kept in a small cache by pid: with strict turns a member depends on its
 //! neighbours in line, the same few processes, so opening one is rare on the hot path.
 
-use polling::Poller;
+use super::poller::Poller;
 
 use crate::interest::FIRST_RESERVED_KEY;
 
@@ -96,8 +96,8 @@ impl DeathWatch {
                 unsafe {
                     poller.add_with_mode(
                         &fd,
-                        polling::Event::readable(DEATH_KEYS + place),
-                        polling::PollMode::Level,
+                        super::poller::Event::new(DEATH_KEYS + place, true, false),
+                        super::poller::PollMode::Level,
                     )
                 }
                 .ok()

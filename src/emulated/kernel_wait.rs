@@ -15,7 +15,7 @@
 use std::io;
 use std::time::Duration;
 
-use polling::Poller;
+use super::poller::Poller;
 
 /// One event found by a kernel wait.
 #[derive(Clone, Copy, Debug)]
@@ -104,14 +104,14 @@ impl RawEvents {
 /// The events one kernel wait found, in a buffer kept from wait to wait.
 #[cfg(not(all(target_os = "linux", not(polling_test_poll_backend))))]
 pub(crate) struct RawEvents {
-    events: polling::Events,
+    events: super::poller::Events,
 }
 
 #[cfg(not(all(target_os = "linux", not(polling_test_poll_backend))))]
 impl RawEvents {
     pub(crate) fn new() -> RawEvents {
         RawEvents {
-            events: polling::Events::new(),
+            events: super::poller::Events::new(),
         }
     }
 
@@ -119,7 +119,7 @@ impl RawEvents {
     pub(crate) fn reserve(&mut self, wanted: usize) {
         if self.events.capacity().get() < wanted {
             let capacity = wanted.next_power_of_two();
-            self.events = polling::Events::with_capacity(
+            self.events = super::poller::Events::with_capacity(
                 std::num::NonZeroUsize::new(capacity).expect("at least one"),
             );
         }

@@ -46,6 +46,7 @@ mod identity;
 mod kernel_wait;
 #[cfg(unix)]
 mod other_unix;
+mod poller;
 mod protocol;
 mod registrations;
 mod wait;
@@ -56,7 +57,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use polling::Poller;
+use poller::Poller;
 
 use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
@@ -220,8 +221,8 @@ impl EmulatedWaiter {
             unsafe {
                 poller.add_with_mode(
                     &fd,
-                    polling::Event::readable(DOORBELL_KEY),
-                    polling::PollMode::Level,
+                    poller::Event::new(DOORBELL_KEY, true, false),
+                    poller::PollMode::Level,
                 )
             }
             .map_err(|e| Error::io("watching the member's door bell", e))?;

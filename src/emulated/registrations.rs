@@ -6,7 +6,7 @@
 #[cfg(unix)]
 use std::sync::Arc;
 
-use polling::PollMode;
+use super::poller::{self, PollMode};
 
 use super::identity::{identify, refuse_anonymous};
 use super::{EmulatedWaiter, Protocol, Registration};
@@ -193,9 +193,18 @@ impl EmulatedWaiter {
             if want {
                 match self.poller_add(fd, key, interest) {
                     Ok(()) => {}
-                    // Closed while registered, or its number taken by a descriptor already in
-                    // the poller (the library's own, say): forget it, as the kernel did.
-                    Err(Error::BadDescriptor { .. }) | Err(Error::AlreadyRegistered { .. }) => {
+                    // Closed while registered, its number taken by a descriptor already in
+                    // the poller (the library's own, say) or by one that cannot be watched (on
+                    // Windows, a handle of another kind), or closed while being added: forget
+                    // it, as the kernel did.
+                    Err(Error::BadDescriptor { .. })
+                    | Err(Error::AlreadyRegistered { .. })
+                    | Err(Error::UnwatchableDescriptor { .. }) => {
+                        let _ = self.forget(tk, fd);
+                        continue;
+                    }
+                    #[cfg(all(windows, not(loom)))]
+                    Err(_) if super::windows::check_socket(fd).is_err() => {
                         let _ = self.forget(tk, fd);
                         continue;
                     }
@@ -238,7 +247,7 @@ impl EmulatedWaiter {
     pub(super) fn poller_add(&self, fd: RawSource, key: usize, interest: Interest) -> Result<()> {
         #[cfg(all(windows, not(loom)))]
         super::windows::check_socket(fd)?;
-        let mut ev = polling::Event::new(key, interest.is_readable(), interest.is_writable());
+        let mut ev = poller::Event::new(key, interest.is_readable(), interest.is_writable());
         ev.set_priority(interest.is_priority());
         // SAFETY: the caller registered this open descriptor and must keep it open until it is
         // deleted; we delete it from the poller on `delete`, when the member stops watching it,
@@ -282,7 +291,7 @@ impl EmulatedWaiter {
     #[cfg(unix)]
     pub(super) fn rebuild(&mut self, tk: &Protocol<'_>) -> Result<()> {
         let poller = Arc::new(
-            polling::Poller::new().map_err(|e| Error::io("rebuilding the member's poller", e))?,
+            poller::Poller::new().map_err(|e| Error::io("rebuilding the member's poller", e))?,
         );
         #[cfg(not(loom))]
         if let Some(bell) = &self.bell {
@@ -292,7 +301,7 @@ impl EmulatedWaiter {
                 unsafe {
                     poller.add_with_mode(
                         &fd,
-                        polling::Event::readable(super::DOORBELL_KEY),
+                        poller::Event::new(super::DOORBELL_KEY, true, false),
                         PollMode::Level,
                     )
                 }

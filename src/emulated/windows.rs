@@ -1,19 +1,23 @@
-//! Windows: what the emulation checks before `polling`'s IOCP backend may watch a socket.
+//! Windows: what the emulation checks before its IOCP poller may watch a socket.
 //!
-//! On Windows `polling` watches sockets only, and accepts any number as one: a handle that is not
-//! an open socket is added without complaint and then never reported. So herdless asks Winsock
-//! itself (`getsockopt(SO_TYPE)`, one cheap call) before it registers or arms a socket, and
-//! refuses what is not one with the same typed errors as on Unix: `BadDescriptor` for a handle
-//! that is not open, `UnwatchableDescriptor` for an open handle that is not a socket.
+//! On Windows the poller (`super::poller`: herdless's copy of polling 3.11's IOCP backend, with
+//! its closed-socket deadlock fixed) watches sockets only, and accepts any number as one: a
+//! handle that is not an open socket is added without complaint and then never reported. So
+//! herdless asks Winsock itself (`getsockopt(SO_TYPE)`, one cheap call) before it registers or
+//! arms a socket, and refuses what is not one with the same typed errors as on Unix:
+//! `BadDescriptor` for a handle that is not open, `UnwatchableDescriptor` for an open handle that
+//! is not a socket.
 //!
-//! The same check runs on every socket in the member's poller before each kernel wait: a socket
-//! closed while registered (without `delete`) is deleted from the poller and forgotten, as the
-//! kernel forgets a closed descriptor on Unix. This keeps herdless clear of a deadlock in
-//! polling 3.11's IOCP backend, which locks a socket's state twice when it sees the close itself
-//! (`patches/polling` holds the fix, used by herdless's own builds only). What remains: a socket
-//! closed by another thread while a member already sleeps in the kernel wait, or closed and its
-//! handle number reused by a new socket before the next wait; with an unfixed polling, delete a
-//! socket before closing it.
+//! A registered socket closed without `delete` is forgotten, as the kernel forgets a closed
+//! descriptor on Unix (`crate::registry`'s lifecycle): the poller drops its own entry when it
+//! sees the close (an AFD `LOCAL_CLOSE`, without reporting it), and before each kernel wait the
+//! member checks every registration it watches or is about to watch (those in its poller, and
+//! its exclusive ones, which it arms when it leads them) and forgets those whose number is no
+//! longer an open socket: closed, or reused by a handle of another kind. Never reported: a wait
+//! goes on serving the other registrations. What this cannot see (on Windows a socket has no
+//! file identity to compare, unlike `registry::FileId` on Unix): a number closed and reused by
+//! another socket before the member's next wait keeps the old registration, which then watches
+//! the new socket; delete a socket before closing it where numbers are reused that fast.
 
 use windows_sys::Win32::Foundation::{GetHandleInformation, HANDLE};
 use windows_sys::Win32::Networking::WinSock::{
@@ -67,13 +71,14 @@ fn handle_is_open(fd: RawSource) -> bool {
 }
 
 impl EmulatedWaiter {
-    /// Before a kernel wait: forgets the sockets in the poller that are no longer open (closed
-    /// without `delete`), deleting them from the poller first (see the module's text).
+    /// Before a kernel wait: forgets the registrations the member watches or may arm now (in
+    /// the poller, or exclusive) whose number is no longer an open socket (closed without
+    /// `delete`), deleting them from the poller first (see the module's text).
     pub(super) fn forget_closed_sockets(&mut self, tk: &Protocol<'_>) {
         while let Some(fd) = self
             .registrations
             .iter()
-            .find(|(&fd, reg)| reg.in_poller && check_socket(fd).is_err())
+            .find(|(&fd, reg)| (reg.in_poller || reg.source.is_some()) && check_socket(fd).is_err())
             .map(|(&fd, _)| fd)
         {
             let _ = self.forget(tk, fd);

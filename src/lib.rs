@@ -105,6 +105,7 @@ mod platform;
 mod registry;
 mod shared;
 mod source;
+mod stats;
 mod sync;
 #[cfg(feature = "tokio")]
 pub mod tokio;
@@ -113,9 +114,10 @@ mod waiter;
 
 pub use contract::{Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
 pub use error::{Error, RawSource, Result};
-pub use group::{Group, GroupBuilder, MemberStats};
+pub use group::{Group, GroupBuilder};
 pub use interest::{Event, Events, Interest};
 pub use source::AsSource;
+pub use stats::MemberStats;
 pub use waiter::{Notifier, Waiter};
 
 #[doc(hidden)]

@@ -14,12 +14,12 @@ use std::time::Duration;
 use crate::contract::Backend;
 use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
-use crate::group::MemberStats;
 use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
 use crate::platform::{NativeNotifier, NativeWaiter};
 use crate::source::{check_nonblocking, raw_of, AsSource};
+use crate::stats::MemberStats;
 
 /// The backend-specific half of a waiter.
 // Outside Linux the native waiter is uninhabited: the size difference is no cost there.
@@ -361,7 +361,7 @@ impl Waiter {
     /// a member reads about itself without walking the group's slots.
     /// Example: see [`found_nothing`](Self::found_nothing).
     pub fn stats(&self) -> MemberStats {
-        crate::group::member_stats(&self.group, self.member, self.pid)
+        crate::stats::member_stats(&self.group, self.member, self.pid)
     }
 
     /// A handle that wakes this waiter's `wait` from another thread: the wait returns 0

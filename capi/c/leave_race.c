@@ -8,6 +8,7 @@
  * Usage: leave_race native|emulated [rounds]. Exit 0 if every round held. */
 #include <errno.h>
 #include <poll.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -81,6 +82,8 @@ int main(int argc, char **argv) {
                                                                      : HERDLESS_BACKEND_NATIVE;
     if (herdless_group_new(&options, &group) < 0) return 2;
     if (pipe(pipe_fd)) return 2;
+    /* A shared descriptor is non-blocking (an exclusive registration refuses one that is not). */
+    if (fcntl(pipe_fd[0], F_SETFL, fcntl(pipe_fd[0], F_GETFL) | O_NONBLOCK)) return 2;
 
     for (i = 0; i < rounds; i++) {
         round_no = i;

@@ -1,0 +1,150 @@
+//! Hand-on: readiness that a member gives up goes to an idle member of the group.
+//!
+//! An `EPOLLEXCLUSIVE` entry hears of a descriptor only through a wake-up, and the kernel wakes
+//! on a *new* event of the file alone. A rotation (delete and re-add) of a descriptor that is
+//! still ready puts it on the re-adding member's own ready list and on nobody else's; a member
+//! that leaves or dies takes its ready list with it; and a POSIX queue's receive that moves a
+//! blocked sender's message into the queue wakes no poller at all. So a second request in one
+//! write, or the message after a receive from a full queue, waited for the member that held
+//! the readiness to come back, however many members sat idle (a second, or for good once the
+//! member left). Here a member that gives a descriptor up (`consumed`, its leave, or a reap of a
+//! dead member) while it is still ready (a zero-timeout `poll`) rings the door bell
+//! (`crate::doorbell`, the emulation's bells: abstract datagram sockets any process of the
+//! group reaches, an eventfd within the process) of one idle member, the next one after it in
+//! slot order whose bell is not rung already; the rung member looks at its exclusive
+//! descriptors with one zero-timeout `poll` and hands out what is ready, as if the kernel had
+//! woken it. A chain of hand-ons, each to the member after the last, serves a backlog in slot
+//! order. The `poll` is paid only on `consumed` while another member is inside its wait (else
+//! nobody could be rung), on leave, and by the rung member.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering::SeqCst;
+
+use super::epoll::ctl;
+use super::NativeWaiter;
+use crate::doorbell::Doorbells;
+use crate::interest::Events;
+use crate::members::state;
+use crate::registry;
+use crate::shared::SharedState;
+
+/// The epoll data value of the member's door bell (above every token: see `crate::registry`).
+pub(super) const BELL_DATA: u64 = u64::MAX - 1;
+
+/// Rings the door bell of the first idle member after slot `after` (in slot order, wrapping),
+/// other than `except`, whose bell is not rung already; returns whether it rang one. A rung
+/// member looks at its exclusive descriptors; one with its bell rung and not yet drained will
+/// look anyway.
+pub(crate) fn ring_idle(
+    shared: &SharedState,
+    bells: &Doorbells,
+    after: u32,
+    except: Option<u32>,
+) -> bool {
+    let high = shared.high();
+    for i in 1..=high {
+        let m = (after + i) % high;
+        if Some(m) == except {
+            continue;
+        }
+        let slot = shared.member(m);
+        let life = slot.life();
+        if life.state() != state::IDLE || slot.rung.load(SeqCst) != 0 {
+            continue;
+        }
+        if slot.rung.swap(1, SeqCst) != 0 {
+            continue; // another ringer came first
+        }
+        bells.ring(m, life.generation());
+        return true;
+    }
+    false
+}
+
+impl NativeWaiter {
+    /// Adds the member's door bell (its socket and eventfd) to `epoll`.
+    pub(super) fn watch_bell(&self, epoll: &OwnedFd) -> io::Result<()> {
+        let Some(bell) = &self.bell else {
+            return Ok(());
+        };
+        for fd in bell.watch() {
+            ctl(
+                epoll,
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                BELL_DATA,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The caller consumed an event of the exclusive `fd`: if another member is inside its
+    /// wait and `fd` is still ready, ring one (see the module docs).
+    pub(super) fn hand_on_if_ready(&self, fd: RawFd) {
+        if self.shared.header().native_waiting.load(SeqCst) == 0 {
+            return; // nobody inside a wait to ring; a member coming back looks itself
+        }
+        let Some(reg) = self.registrations.get(&fd) else {
+            return;
+        };
+        if registry::still_ready(fd, reg.interest) {
+            ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+        }
+    }
+
+    /// The member leaves: each exclusive descriptor still ready is handed on (one ring for all:
+    /// the rung member looks at every descriptor it has).
+    pub(super) fn hand_on_at_leave(&self) {
+        let ready = self.exclusive.iter().any(|fd| {
+            let reg = &self.registrations[fd];
+            registry::still_ready(*fd, reg.interest)
+        });
+        if ready {
+            ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+        }
+    }
+
+    /// The member's bell rang: its bell is drained, and its exclusive descriptors that are
+    /// ready now and not among `events` already are handed out (up to `max` events in all),
+    /// with one zero-timeout `poll`. Returns whether any was.
+    pub(super) fn take_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
+        self.bells.drain(self.me);
+        // After the drain (a ring between a clear and the drain would be lost).
+        self.shared.member(self.me).rung.store(0, SeqCst);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
+        for &fd in &self.exclusive {
+            let reg = &self.registrations[&fd];
+            if events.iter().any(|e| e.key == reg.key) {
+                continue;
+            }
+            fds.push(libc::pollfd {
+                fd,
+                events: registry::poll_events(reg.interest),
+                revents: 0,
+            });
+        }
+        if fds.is_empty() {
+            return false;
+        }
+        // SAFETY: a live array of `fds.len()` pollfds, zero timeout.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        if n <= 0 {
+            return false;
+        }
+        let mut any = false;
+        for pfd in fds {
+            if events.len() >= max {
+                break;
+            }
+            // Hang-ups and errors are no readiness to hand on: every member hears of them.
+            if pfd.revents & pfd.events == 0 {
+                continue;
+            }
+            // poll's bits are epoll's (POLLIN = EPOLLIN, POLLOUT = EPOLLOUT, ...).
+            any |= self.hand_out(pfd.fd, pfd.revents as u16 as u32, events);
+        }
+        any
+    }
+}

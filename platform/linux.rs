@@ -53,14 +53,14 @@ macro_rules! syscall {
 
 mod epoll;
 mod hand_on;
-mod upkeep;
+mod registration;
 
 pub(crate) use hand_on::ring_idle;
 use hand_on::BELL_DATA;
 
 use epoll::{
-    ctl, drain_eventfd, entry_is_live, epoll_flags, mod_probe_works, monotonic_ns, new_epoll,
-    refusal, timeout_ms, WAKE_DATA,
+    ctl, drain_eventfd, entry_is_live, mod_probe_works, monotonic_ns, new_epoll, timeout_ms,
+    WAKE_DATA,
 };
 pub(crate) use epoll::{probe, NativeNotifier};
 
@@ -165,148 +165,6 @@ impl NativeWaiter {
             .watch_bell(&waiter.epoll)
             .map_err(|e| Error::io("registering the member's door bell", e))?;
         Ok(waiter)
-    }
-
-    pub(crate) fn add(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        let file = registry::file_id(fd).ok_or(Error::BadDescriptor { fd })?;
-        let old = self.registrations.get(&fd).copied();
-        if old.is_some_and(|old| old.file == file) {
-            return Err(Error::AlreadyRegistered { fd });
-        }
-        let gen = self.next_gen;
-        let flags = epoll_flags(interest);
-        let mut res = ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, gen));
-        if res
-            .as_ref()
-            .is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST))
-        {
-            // An entry of this very file under this number, from a registration forgotten since
-            // (its number was closed, then the file came back to it): stale, so start afresh.
-            self.rebuild()?;
-            res = ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, gen));
-        }
-        res.map_err(|e| refusal(fd, e, "adding a descriptor to epoll"))?;
-        // A record of another file under this number: that file's number was closed (or
-        // `dup2`'d over) without `delete`. Its entry lives on if the file is open elsewhere,
-        // and an exclusive one would take the group's wake-ups: removed now.
-        if let Some(old) = old {
-            self.forget(fd);
-            self.insert(fd, key, interest, file);
-            if old.interest.is_exclusive() {
-                self.rebuild()?;
-            }
-            return Ok(());
-        }
-        self.insert(fd, key, interest, file);
-        Ok(())
-    }
-
-    fn insert(&mut self, fd: RawFd, key: usize, interest: Interest, file: FileId) {
-        let gen = self.next_gen;
-        self.next_gen += 1;
-        if interest.is_exclusive() {
-            self.exclusive.push(fd);
-        }
-        self.registrations.insert(
-            fd,
-            Registration {
-                key,
-                interest,
-                file,
-                gen,
-                handed: 0,
-                mark: 0,
-            },
-        );
-    }
-
-    fn forget(&mut self, fd: RawFd) -> Option<Registration> {
-        let old = self.registrations.remove(fd)?;
-        self.rotate_pending.retain(|&p| p != fd);
-        if old.interest.is_exclusive() {
-            self.exclusive.retain(|&x| x != fd);
-        }
-        Some(old)
-    }
-
-    pub(crate) fn modify(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        let old = *self.registrations.registered(fd)?;
-        if old.interest.is_exclusive() || interest.is_exclusive() {
-            // The kernel refuses MOD of an exclusive entry: delete and add, and put the old
-            // registration back if the new one is refused.
-            return registry::replace(
-                self,
-                (old.key, old.interest),
-                (key, interest),
-                |w| w.delete(fd),
-                |w, key, interest| w.add(fd, key, interest),
-            );
-        }
-        let gen = self.next_gen;
-        if let Err(e) = ctl(
-            &self.epoll,
-            libc::EPOLL_CTL_MOD,
-            fd,
-            epoll_flags(interest),
-            token(fd, gen),
-        ) {
-            if registry::maybe_stale(&e) {
-                // Closed or reused: the registration is gone (its entry, if it lives on, is
-                // removed when it fires: it is not exclusive).
-                self.forget(fd);
-            }
-            return Err(refusal(fd, e, "modifying a descriptor in epoll"));
-        }
-        self.forget(fd);
-        self.insert(fd, key, interest, old.file);
-        Ok(())
-    }
-
-    pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
-        let reg = *self.registrations.registered(fd)?;
-        match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
-            Ok(()) => {
-                self.forget(fd);
-            }
-            // EBADF, ENOENT: the number was closed, or names another file now. The registration
-            // goes all the same; its entry may live on (the file open elsewhere), and an
-            // exclusive one is removed at once.
-            Err(e) if registry::maybe_stale(&e) => {
-                self.forget(fd);
-                if reg.interest.is_exclusive() {
-                    self.rebuild()?;
-                }
-            }
-            Err(e) => return Err(refusal(fd, e, "deleting a descriptor from epoll")),
-        }
-        Ok(())
-    }
-
-    /// Moves the entry of `fd` to the tail of the descriptor's wait queue: delete, then add.
-    fn rotate(&mut self, fd: RawFd) -> Result<()> {
-        let Some(reg) = self.registrations.get(&fd).copied() else {
-            return Ok(());
-        };
-        let flags = epoll_flags(reg.interest);
-        let res = ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0).and_then(|()| {
-            ctl(
-                &self.epoll,
-                libc::EPOLL_CTL_ADD,
-                fd,
-                flags,
-                token(fd, reg.gen),
-            )
-        });
-        match res {
-            Ok(()) => Ok(()),
-            // Closed or reused while registered: the registration goes, and its entry with a
-            // new epoll instance (it may live on, its file open elsewhere).
-            Err(e) if registry::maybe_stale(&e) => {
-                self.forget(fd);
-                self.rebuild()
-            }
-            Err(e) => Err(Error::io("rotating an exclusive registration", e)),
-        }
     }
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {

@@ -308,11 +308,16 @@ impl NativeWaiter {
         }
     }
 
+    /// Waits for events. `sweep` reaps the members of other processes that died (and hands on
+    /// what they held: `GroupInner::reap_dead_members`); it runs every `hand_on::SWEEP` of a
+    /// wait with nothing to hand out, in a group that spans processes, while this member has
+    /// an exclusive registration (a dead member's readiness is nobody's until then).
     pub(crate) fn wait(
         &mut self,
         slot: &MemberSlot,
         events: &mut Events,
         timeout: Option<Duration>,
+        sweep: &dyn Fn(),
     ) -> Result<usize> {
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
@@ -330,14 +335,16 @@ impl NativeWaiter {
         let max = self
             .registrations
             .events_per_wait(events.room().min(self.buffer.len()));
+        let sweeping = !looking && !self.exclusive.is_empty() && self.shared.spans_processes();
         loop {
+            let (ms, capped) = hand_on::sweep_cap(timeout_ms(deadline), sweeping);
             // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
             self.shared.header().native_waiting.fetch_add(1, SeqCst);
             let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.buffer.as_mut_ptr(),
                 max as libc::c_int,
-                timeout_ms(deadline),
+                ms,
             ));
             self.shared.header().native_waiting.fetch_sub(1, SeqCst);
             let n = match res {
@@ -350,6 +357,10 @@ impl NativeWaiter {
                 }
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
+            if n == 0 && capped {
+                sweep(); // a dead member's readiness is handed on through a bell: wait again
+                continue;
+            }
             if n == 0 {
                 return Ok(0); // timed out
             }

@@ -58,6 +58,7 @@ impl NativeWaiter {
         _: &MemberSlot,
         _: &mut Events,
         _: Option<Duration>,
+        _: &dyn Fn(),
     ) -> Result<usize> {
         match *self {}
     }

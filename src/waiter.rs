@@ -237,7 +237,8 @@ impl Waiter {
                 // IDLE while inside `wait`: whom a member handing readiness on may ring.
                 let members = self.group.members();
                 members.go_idle(&self.membership);
-                let n = n.wait(slot, events, timeout);
+                let group = &self.group;
+                let n = n.wait(slot, events, timeout, &|| group.reap_dead_members());
                 members.go_busy(&self.membership);
                 n
             }

@@ -207,6 +207,108 @@ fn three_requests_processes(backend: Backend) {
     requests_in_one_write(backend, Rotation::Adaptive, 3, true);
 }
 
+/// Two requests in one write to 4 forked members; the member that reads the first one hangs
+/// before `consumed` and is killed (SIGKILL: no leave, as a crash or an `_exit`). The second
+/// request is read by another member within the group's sweep of dead members (1 s, plus
+/// 100 ms for the reap and the ring) plus the measured noise: natively the killed member took the readiness the kernel had handed it.
+fn a_member_killed_holding_a_readiness(backend: Backend) {
+    const SWEEP: Duration = Duration::from_secs(1);
+    let _one = one_fork_at_a_time();
+    let group = Group::builder().backend(backend).build().unwrap();
+    let (rx, tx) = pipe();
+    let reads = Reads::new(2);
+    let probe = NoiseProbe::start();
+    let until = Instant::now() + SWEEP * 4 + WAIT_BOUND;
+    let mut children = Vec::new();
+    for member in 0..MEMBERS {
+        // SAFETY: the child serves, then leaves with _exit (no destructor of the parent's
+        // state, no return to the test harness).
+        match unsafe { libc::fork() } {
+            -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+            0 => {
+                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut waiter = group.join().unwrap();
+                    waiter
+                        .add(
+                            &rx,
+                            0,
+                            Interest::READABLE.exclusive().one_event_round_robin(),
+                        )
+                        .unwrap();
+                    let mut events = Events::with_capacity(1);
+                    while let Some(left) = until.checked_duration_since(Instant::now()) {
+                        if waiter.wait(&mut events, Some(left)).unwrap() == 0 {
+                            continue;
+                        }
+                        let got = read_msg(rx.as_raw_fd());
+                        if let Some(Some(id)) = got {
+                            reads.record(id, member);
+                            if id == 0 {
+                                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                                // hangs: killed
+                            }
+                        }
+                        waiter.consumed(0).unwrap();
+                    }
+                }));
+                // SAFETY: see above.
+                unsafe { libc::_exit(if ok.is_ok() { 0 } else { 101 }) }
+            }
+            pid => children.push(pid),
+        }
+    }
+    let asleep: Vec<(u32, i32)> = children.iter().map(|&p| (p as u32, p)).collect();
+    herdless_fixtures::until_asleep(&asleep, Duration::from_secs(20)).unwrap();
+    write_all(
+        tx.as_raw_fd(),
+        &[0u64.to_ne_bytes(), 1u64.to_ne_bytes()].concat(),
+    );
+    let start = Instant::now();
+    let first = loop {
+        if let Some((m, _)) = reads.read(0) {
+            break m as usize;
+        }
+        assert!(
+            start.elapsed() < WAIT_BOUND,
+            "the first request was never read"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut status = 0;
+    // SAFETY: kills and reaps our own child.
+    unsafe {
+        libc::kill(children[first], libc::SIGKILL);
+        libc::waitpid(children[first], &mut status, 0);
+    }
+    let killed = now_ns();
+    let start = Instant::now();
+    while reads.read(1).is_none() && start.elapsed() < WAIT_BOUND {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let noise = probe.worst();
+    let second = reads.read(1);
+    for (i, &pid) in children.iter().enumerate() {
+        if i != first {
+            // SAFETY: kills and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+        }
+    }
+    let after = second.map(|(_, at)| Duration::from_nanos(at.saturating_sub(killed)));
+    // A sweep that ran just before the death is followed by the next one a `SWEEP` later.
+    let bound = noisy_bound(SWEEP + Duration::from_millis(100), noise);
+    eprintln!(
+        "{backend:?}: first request read by member {first} (killed), second by {:?}, {after:?} \
+         after the kill (bound {bound:?}, noise {noise:?})",
+        second.map(|(m, _)| m)
+    );
+    let (reader, _) = second.expect("the second request was never read");
+    assert_ne!(reader as usize, first);
+    assert!(after.unwrap() <= bound, "read {after:?} after the kill");
+}
+
 /// A fresh queue of 8-byte messages, 10 deep, unlinked at once: a non-blocking descriptor for
 /// the members and a blocking one for the senders. `None`, said loudly, where this system has
 /// no message queues.
@@ -384,6 +486,7 @@ every_backend!(
     two_requests_default_turns,
     two_requests_strict_turns,
     three_requests_processes,
+    a_member_killed_holding_a_readiness,
     leaving_a_full_queue_with_senders_blocked,
 );
 

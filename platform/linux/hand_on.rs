@@ -15,11 +15,14 @@
 //! descriptors with one zero-timeout `poll` and hands out what is ready, as if the kernel had
 //! woken it. A chain of hand-ons, each to the member after the last, serves a backlog in slot
 //! order. The `poll` is paid only on `consumed` while another member is inside its wait (else
-//! nobody could be rung), on leave, and by the rung member.
+//! nobody could be rung), on leave, and by the rung member. A member that dies (or exits
+//! without leaving) is found by the others' sweep (`SWEEP`, in a group that spans processes,
+//! as the emulation sweeps), and its reap rings the idle member after it.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
 
 use super::epoll::ctl;
 use super::NativeWaiter;
@@ -28,6 +31,21 @@ use crate::interest::Events;
 use crate::members::state;
 use crate::registry;
 use crate::shared::SharedState;
+
+/// How often an idle member of a group that spans processes looks for dead members (as the
+/// emulation's idle members do): a member killed while the kernel had handed it a readiness
+/// took that readiness with it, and the reap hands it on (`GroupInner::reap_dead_members`).
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// The kernel wait's timeout (`ms`, -1 for none) capped at `SWEEP` if the member `sweeping`:
+/// (the timeout, whether it was capped).
+pub(super) fn sweep_cap(ms: libc::c_int, sweeping: bool) -> (libc::c_int, bool) {
+    let cap = SWEEP.as_millis() as libc::c_int;
+    match sweeping && (ms < 0 || ms > cap) {
+        true => (cap, true),
+        false => (ms, false),
+    }
+}
 
 /// The epoll data value of the member's door bell (above every token: see `crate::registry`).
 pub(super) const BELL_DATA: u64 = u64::MAX - 1;

@@ -118,6 +118,9 @@ pub(crate) struct NativeWaiter {
     bell: Option<Bell>,
     /// This member's slot.
     me: u32,
+    /// The answer of the turn rule's backlog check (`ready_now`) during this `consumed`, which
+    /// the hand-on reuses rather than ask the kernel again.
+    ready_seen: std::cell::Cell<Option<(RawFd, bool)>>,
 }
 
 impl NativeWaiter {
@@ -160,6 +163,7 @@ impl NativeWaiter {
             bells,
             bell: Some(bell),
             me,
+            ready_seen: std::cell::Cell::new(None),
         };
         waiter
             .watch_bell(&waiter.epoll)
@@ -279,8 +283,9 @@ impl NativeWaiter {
             Rotation::Every(_) => self.rotation.due_by_count(reg.handed),
             Rotation::Adaptive => match self.stream_batch(reg.mark) {
                 Some(batch) => reg.handed >= batch || self.ahead_of_share(batch),
-                None => (self.rotation)
-                    .adaptive_ends(reg.handed, || registry::still_ready(fd, reg.interest)),
+                None => {
+                    (self.rotation).adaptive_ends(reg.handed, || self.ready_now(fd, reg.interest))
+                }
             },
         };
         if !due {

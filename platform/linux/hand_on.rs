@@ -101,15 +101,28 @@ impl NativeWaiter {
     /// The caller consumed an event of the exclusive `fd`: if another member is inside its
     /// wait and `fd` is still ready, ring one (see the module docs).
     pub(super) fn hand_on_if_ready(&self, fd: RawFd) {
+        let seen = self.ready_seen.take();
         if self.shared.header().native_waiting.load(SeqCst) == 0 {
             return; // nobody inside a wait to ring; a member coming back looks itself
         }
         let Some(reg) = self.registrations.get(&fd) else {
             return;
         };
-        if registry::still_ready(fd, reg.interest) {
+        let ready = match seen {
+            Some((seen_fd, ready)) if seen_fd == fd => ready, // the turn rule just asked
+            _ => registry::still_ready(fd, reg.interest),
+        };
+        if ready {
             ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
         }
+    }
+
+    /// Is `fd` still ready (a zero-timeout `poll`)? The turn rule's backlog check; the answer
+    /// is kept for the hand-on that follows in the same `consumed`.
+    pub(super) fn ready_now(&self, fd: RawFd, interest: crate::interest::Interest) -> bool {
+        let ready = registry::still_ready(fd, interest);
+        self.ready_seen.set(Some((fd, ready)));
+        ready
     }
 
     /// The member leaves: each exclusive descriptor still ready is handed on (one ring for all:

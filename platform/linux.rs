@@ -121,6 +121,10 @@ pub(crate) struct NativeWaiter {
     /// The answer of the turn rule's backlog check (`ready_now`) during this `consumed`, which
     /// the hand-on reuses rather than ask the kernel again.
     ready_seen: std::cell::Cell<Option<(RawFd, bool)>>,
+    /// When this member last consumed an exclusive event, until it comes back to `wait`; and
+    /// how long it was away the last time (see `hand_on_if_ready`).
+    consumed_at: Option<Instant>,
+    away: Option<Duration>,
 }
 
 impl NativeWaiter {
@@ -164,6 +168,8 @@ impl NativeWaiter {
             bell: Some(bell),
             me,
             ready_seen: std::cell::Cell::new(None),
+            consumed_at: None,
+            away: None,
         };
         waiter
             .watch_bell(&waiter.epoll)
@@ -187,6 +193,7 @@ impl NativeWaiter {
             // Whatever the turn rule decided (a kept turn under a backlog too: the caller goes to
             // its work now), a readiness still there goes to an idle member.
             self.hand_on_if_ready(fd);
+            self.consumed_at = Some(Instant::now());
             if !decided? {
                 // Deferred to the next `wait`: back in the list, and on to the next one.
                 self.rotate_pending.push(fd);
@@ -324,6 +331,9 @@ impl NativeWaiter {
         timeout: Option<Duration>,
         sweep: &dyn Fn(),
     ) -> Result<usize> {
+        if let Some(at) = self.consumed_at.take() {
+            self.away = Some(at.elapsed());
+        }
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
@@ -343,15 +353,21 @@ impl NativeWaiter {
         let sweeping = !looking && !self.exclusive.is_empty() && self.shared.spans_processes();
         loop {
             let (ms, capped) = hand_on::sweep_cap(timeout_ms(deadline), sweeping);
-            // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
-            self.shared.header().native_waiting.fetch_add(1, SeqCst);
+            // Counted as waiting (someone to hand a turn to) while inside the kernel wait; a
+            // look is not (it sleeps nowhere, and busy pollers would bounce the shared count's
+            // cache line at every look).
+            if !looking {
+                self.shared.header().native_waiting.fetch_add(1, SeqCst);
+            }
             let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.buffer.as_mut_ptr(),
                 max as libc::c_int,
                 ms,
             ));
-            self.shared.header().native_waiting.fetch_sub(1, SeqCst);
+            if !looking {
+                self.shared.header().native_waiting.fetch_sub(1, SeqCst);
+            }
             let n = match res {
                 Ok(n) => n as usize,
                 // A signal handler ran: the wait ends with no events, so that the caller sees
@@ -418,6 +434,9 @@ impl NativeWaiter {
             }
             if stale {
                 self.rebuild()?;
+                // The stale entry may have taken the wake-up of a file other members watch (a
+                // shared descriptor this member closed): an idle member looks.
+                ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
             }
             if !events.is_empty() || notified {
                 return Ok(events.len());

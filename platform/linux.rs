@@ -121,10 +121,11 @@ pub(crate) struct NativeWaiter {
     /// The answer of the turn rule's backlog check (`ready_now`) during this `consumed`, which
     /// the hand-on reuses rather than ask the kernel again.
     ready_seen: std::cell::Cell<Option<(RawFd, bool)>>,
-    /// When this member last consumed an exclusive event, until it comes back to `wait`; and
-    /// how long it was away the last time (see `hand_on_if_ready`).
-    consumed_at: Option<Instant>,
-    away: Option<Duration>,
+    /// When this member last consumed an exclusive event (monotonic ns; 0 once it is back in
+    /// `wait`), and whether it came back within `hand_on::QUICK` the last time (see
+    /// `hand_on_if_ready`).
+    consumed_at: u64,
+    quick: bool,
 }
 
 impl NativeWaiter {
@@ -168,8 +169,8 @@ impl NativeWaiter {
             bell: Some(bell),
             me,
             ready_seen: std::cell::Cell::new(None),
-            consumed_at: None,
-            away: None,
+            consumed_at: 0,
+            quick: false,
         };
         waiter
             .watch_bell(&waiter.epoll)
@@ -193,7 +194,7 @@ impl NativeWaiter {
             // Whatever the turn rule decided (a kept turn under a backlog too: the caller goes to
             // its work now), a readiness still there goes to an idle member.
             self.hand_on_if_ready(fd);
-            self.consumed_at = Some(Instant::now());
+            self.consumed_at = monotonic_ns();
             if !decided? {
                 // Deferred to the next `wait`: back in the list, and on to the next one.
                 self.rotate_pending.push(fd);
@@ -331,9 +332,7 @@ impl NativeWaiter {
         timeout: Option<Duration>,
         sweep: &dyn Fn(),
     ) -> Result<usize> {
-        if let Some(at) = self.consumed_at.take() {
-            self.away = Some(at.elapsed());
-        }
+        self.note_back();
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;

@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use super::epoll::ctl;
+use super::epoll::{ctl, monotonic_ns};
 use super::NativeWaiter;
 use crate::doorbell::Doorbells;
 use crate::interest::Events;
@@ -112,7 +112,7 @@ impl NativeWaiter {
     /// and take the rest itself.
     pub(super) fn hand_on_if_ready(&self, fd: RawFd) {
         let seen = self.ready_seen.take();
-        if self.away.is_some_and(|away| away < QUICK) {
+        if self.quick {
             return;
         }
         if self.shared.header().native_waiting.load(SeqCst) == 0 {
@@ -127,6 +127,15 @@ impl NativeWaiter {
         };
         if ready {
             ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+        }
+    }
+
+    /// The member is back in `wait`: was it away (since its last `consumed`) less than `QUICK`?
+    pub(super) fn note_back(&mut self) {
+        if self.consumed_at != 0 {
+            let away = monotonic_ns().saturating_sub(self.consumed_at);
+            self.quick = away < QUICK.as_nanos() as u64;
+            self.consumed_at = 0;
         }
     }
 

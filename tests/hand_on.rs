@@ -80,8 +80,7 @@ fn serve(waiter: &mut herdless::Waiter, rx: RawFd, member: usize, reads: &Reads,
 
 /// Requests `0..requests` in one `write`, once every member sleeps in `wait`: each is read by
 /// another member, the last within `TARGET` per hand-on (plus the measured noise) of the write,
-/// not after
-/// the first reader's work. `processes`: the members are forked (rung by address), else
+/// not after the first reader's work. `processes`: the members are forked (rung by address), else
 /// threads of this process (rung through their eventfds).
 fn requests_in_one_write(backend: Backend, rotation: Rotation, requests: usize, processes: bool) {
     let _one = one_fork_at_a_time();

@@ -161,8 +161,14 @@ impl NativeWaiter {
 
     /// The member's bell rang: its bell is drained, and its exclusive descriptors that are
     /// ready now and not among `events` already are handed out (up to `max` events in all),
-    /// with one zero-timeout `poll`. Returns whether any was.
+    /// with one zero-timeout `poll`; with no room left, the bell is left for the next wait.
+    /// Returns whether any was.
     pub(super) fn take_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
+        if events.len() >= max {
+            // No room (one event per wait, and the kernel gave one): the bell stays rung and
+            // readable, and the next wait looks.
+            return false;
+        }
         self.bells.drain(self.me);
         // After the drain (a ring between a clear and the drain would be lost).
         self.shared.member(self.me).rung.store(0, SeqCst);

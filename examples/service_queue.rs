@@ -444,14 +444,16 @@ mod service {
                 if event.key == STOP {
                     break 'serve;
                 }
-                let got = mq_receive(&queue, &mut buf, &mut 0);
-                waiter.consumed(QUEUE)?;
-                match got {
+                match mq_receive(&queue, &mut buf, &mut 0) {
                     Ok(_) => {
+                        waiter.consumed(QUEUE)?; // before the work
                         served.push(u64::from_ne_bytes(buf));
                         busy_for(work);
                     }
-                    Err(nix::errno::Errno::EAGAIN) => empty += 1,
+                    Err(nix::errno::Errno::EAGAIN) => {
+                        waiter.found_nothing(QUEUE)?; // counted in stats(), and consumed
+                        empty += 1;
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -185,6 +185,13 @@ extern "C" {
  */
 #define HERDLESS_EACCES -1018
 
+/**
+ * The descriptor is in blocking mode and was to be registered HERDLESS_EXCLUSIVE (or
+ * HERDLESS_POLLEXCL): a wake-up can find nothing, and a blocking read would hang. Set
+ * O_NONBLOCK first (fcntl F_SETFL, or O_NONBLOCK in mq_open's flags). errno EINVAL.
+ */
+#define HERDLESS_EBLOCKING -1019
+
 #if defined(HERDLESS_UNIX)
 /**
  * `events` bit for herdless_poll: an event on this descriptor wakes exactly one of the
@@ -300,7 +307,9 @@ typedef struct herdless_member_stats {
    */
   bool leader;
   /**
-   * Times the member's kernel wait returned.
+   * Times the member's kernel wait returned with something (events, a notification, the
+   * emulation's token); not timeouts, signals, nor the wake-ups the kernel swallowed inside
+   * its wait (count those with getrusage's voluntary context switches).
    */
   uint64_t wakeups;
   /**
@@ -308,11 +317,15 @@ typedef struct herdless_member_stats {
    */
   uint64_t events;
   /**
-   * Wake-ups for readiness someone else had already taken.
+   * Empty wake-ups: events that found nothing as the application reported them
+   * (herdless_found_nothing after EAGAIN), plus kernel wake-ups herdless found already taken
+   * and did not hand out (emulation: another member had the descriptor). Natively, the
+   * application's own count of EAGAINs.
    */
   uint64_t empty_wakeups;
   /**
-   * Wake-ups that only passed the emulation's token (0 for the native backend).
+   * Wake-ups that only passed the emulation's token or rang its door bell (0 for the native
+   * backend).
    */
   uint64_t token_wakeups;
 } herdless_member_stats;
@@ -429,9 +442,14 @@ int herdless_member(struct herdless_waiter waiter);
  * HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). Keep `fd` open until
  * it is deleted. Keys from UINTPTR_MAX - 2 up are reserved.
  *
+ * With HERDLESS_EXCLUSIVE, `fd` must be non-blocking (O_NONBLOCK set: fcntl, or mq_open's
+ * flags): a wake-up can find nothing, and a blocking read would hang the member. A blocking
+ * one is refused with HERDLESS_EBLOCKING. (Not checked on Windows, where a socket's blocking
+ * mode cannot be read back; nor without HERDLESS_EXCLUSIVE, for a member's own descriptor.)
+ *
  * Returns HERDLESS_OK; HERDLESS_EBADF (closed), HERDLESS_EUNWATCHABLE (a regular file),
- * HERDLESS_EEXIST, HERDLESS_EINVAL, HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS,
- * HERDLESS_EBUSY. Nothing changes on error.
+ * HERDLESS_EBLOCKING (exclusive, without O_NONBLOCK), HERDLESS_EEXIST, HERDLESS_EINVAL,
+ * HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY. Nothing changes on error.
  */
 int herdless_add(struct herdless_waiter waiter, herdless_fd fd, size_t key, uint32_t interest);
 
@@ -483,6 +501,17 @@ int herdless_wait(struct herdless_waiter waiter,
  * Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
  */
 int herdless_consumed(struct herdless_waiter waiter, size_t key);
+
+/**
+ * Says that the event with `key` found nothing: the read or accept failed with EAGAIN
+ * (EWOULDBLOCK), another member having taken the message first. It counts one empty wake-up
+ * for this member (herdless_member_stats.empty_wakeups) and then does what herdless_consumed
+ * does: call it instead of herdless_consumed for that event, not as well. For descriptors
+ * registered by herdless_poll, the key is the descriptor itself.
+ *
+ * Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
+ */
+int herdless_found_nothing(struct herdless_waiter waiter, size_t key);
 
 /**
  * Wakes the waiter's herdless_wait or herdless_poll, which then returns 0. May be called from
@@ -556,9 +585,11 @@ const char *herdless_strerror(int code);
  * exceeds RLIMIT_NOFILE; EINTR (above). Besides poll()'s: EPERM if a descriptor asked for
  * with HERDLESS_POLLEXCL cannot be watched exclusively (a regular file, an epoll descriptor;
  * never answered as always ready, which would make the caller spin); EINVAL if an interest is
- * refused (POLLPRI with HERDLESS_POLLEXCL); EEXIST if a descriptor was also added with
- * herdless_add; EBADF for a bad waiter handle; EBUSY; EIO. herdless_last_error() gives the
- * HERDLESS_E* code of the failure and herdless_strerror() its message.
+ * refused (POLLPRI with HERDLESS_POLLEXCL) or a descriptor asked for with HERDLESS_POLLEXCL
+ * is in blocking mode (HERDLESS_EBLOCKING: set O_NONBLOCK with fcntl first); EEXIST if a
+ * descriptor was also added with herdless_add; EBADF for a bad waiter handle; EBUSY; EIO.
+ * herdless_last_error() gives the HERDLESS_E* code of the failure and herdless_strerror() its
+ * message.
  *
  * # Safety
  *

@@ -30,12 +30,13 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::contract::{Rotation, ADAPTIVE_BATCH};
+use crate::contract::Rotation;
 use crate::doorbell::{Bell, Doorbells};
 use crate::error::{Error, Result};
 use crate::interest::{Event, Events, Interest};
 use crate::registry::{self, FileId, Registry};
 use crate::shared::{MemberSlot, SharedState};
+use crate::turn;
 
 /// The kernel entry's data for registration `gen` of `fd` (see `crate::registry`).
 fn token(fd: RawFd, gen: u64) -> u64 {
@@ -237,13 +238,8 @@ impl NativeWaiter {
             header.native_overlap_at.store(handed, SeqCst); // this event overlapped another
         }
         let overlap_at = header.native_overlap_at.load(SeqCst);
-        let overlapping = overlap_at != 0 && handed.wrapping_sub(overlap_at) < STREAM_MEMORY;
-        let gap = header.native_gap_ns.load(SeqCst);
-        if !overlapping || gap == 0 || gap >= STREAM_GAP.as_nanos() as u64 {
-            return None;
-        }
-        let batch = STREAM_TURN.as_nanos() as u64 / gap;
-        Some(batch.clamp(ADAPTIVE_BATCH as u64, STREAM_BATCH as u64) as u32)
+        let overlapping = overlap_at != 0 && handed.wrapping_sub(overlap_at) < turn::STREAM_MEMORY;
+        turn::stream_batch(overlapping, header.native_gap_ns.load(SeqCst))
     }
 
     /// A member was handed an exclusive event now: the gap since the group's last one goes into
@@ -259,7 +255,7 @@ impl NativeWaiter {
         }
         let gap = now
             .saturating_sub(last)
-            .min(STREAM_GAP.as_nanos() as u64 * 2);
+            .min(turn::STREAM_GAP.as_nanos() as u64 * 2);
         let average = header.native_gap_ns.load(SeqCst);
         let average = match average {
             0 => gap,
@@ -287,15 +283,17 @@ impl NativeWaiter {
             self.set_handed(fd, 0); // a new turn, with nothing moved
             return Ok(true);
         }
-        let due = match self.rotation {
-            Rotation::Every(_) => self.rotation.due_by_count(reg.handed),
-            Rotation::Adaptive => match self.stream_batch(reg.mark) {
-                Some(batch) => reg.handed >= batch || self.ahead_of_share(batch),
-                None => {
-                    (self.rotation).adaptive_ends(reg.handed, || self.ready_now(fd, reg.interest))
-                }
-            },
+        let stream = match self.rotation {
+            Rotation::Every(_) => None,
+            Rotation::Adaptive => self.stream_batch(reg.mark),
         };
+        let due = turn::ends(
+            self.rotation,
+            reg.handed,
+            stream,
+            |batch| self.ahead_of_share(batch),
+            || self.ready_now(fd, reg.interest),
+        );
         if !due {
             return Ok(true);
         }
@@ -484,28 +482,8 @@ impl NativeWaiter {
     }
 }
 
-/// `Rotation::Adaptive`, the stream (see `NativeWaiter::stream_batch`): how many of the group's
-/// events one overlap counts for. A producer writing as fast as it can to 500 waiters on a pipe
-/// overlaps about 1 event in 9 under strict turns here, and less often once members take
-/// batches (a member in its batch is back in its wait sooner); a producer that waits for each
-/// reply, never.
-const STREAM_MEMORY: u64 = 4096;
-
-/// `Rotation::Adaptive`: overlapping events closer together than this on average are a stream.
-/// A producer at full speed to 500 waiters sends one every 3 to 8 µs here (pipe, message
-/// queue); overlapping requests at fewer than 50 000 a second keep strict turns.
-const STREAM_GAP: Duration = Duration::from_micros(20);
-
-/// `Rotation::Adaptive`: how long a member's turn lasts in a stream (`STREAM_TURN / gap`
-/// events, between `ADAPTIVE_BATCH` and `STREAM_BATCH`). Every turn that starts wakes a thread
-/// that has not run for a whole round of the group, and at 500 waiters on a pipe the batch
-/// sets the price (`herd pipe --waiters 500 --rotate-every 1,16,32,64,96,256 --runs 3`, time
-/// ÷ the raw flag's, Jain): 2.19 and 0.988 for strict turns, 1.46 and 0.999 for 16, 1.32 and
-/// 0.998 for 32, 1.25 and 0.996 for 64, 1.19 and 0.987 for 96, 1.13 and 0.930 for 256. About
-/// 300 µs (96 events at a pipe's pace, 40 at a message queue's) is near the raw flag's speed
-/// while a few hundred events per member still give Jain's index about 0.99.
-const STREAM_TURN: Duration = Duration::from_micros(300);
-const STREAM_BATCH: u32 = 96;
+// The stream's constants (`STREAM_MEMORY`, `STREAM_GAP`, `STREAM_TURN`, `STREAM_BATCH`) are
+// the turn rule's, in `crate::turn`.
 
 impl Drop for NativeWaiter {
     /// The member leaves: what it gives up goes to an idle member (`hand_on`), then its bell

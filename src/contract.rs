@@ -31,13 +31,14 @@ pub enum Backend {
 /// row, before it goes to the back. The backend measures, never guesses: both ask the
 /// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
 /// Windows uses the backlog average it keeps for its spinning decision instead). The native
-/// backend also takes batches in a *stream*: events closer than 10 µs apart on average that
+/// backend also takes batches in a *stream*: events closer than 20 µs apart on average that
 /// overlap (a member was handed the next while another still held its own: a producer that
 /// does not wait for its readers), where handing each to another thread would wake a cold
 /// thread per event; there a turn lasts about 300 µs (at most 96 events). Events that come one
 /// at a time never overlap, however close together: strict turns. With nobody to hand to (no
 /// other member inside `wait`), no backend rotates at all. See `docs/internals.md`,
-/// "Rotation".
+/// "Rotation". (Both backends ask one module for this rule, `src/turn.rs`; a test there checks
+/// that these numbers are its own.)
 ///
 /// ```
 /// use herdless::{Group, Rotation};
@@ -57,21 +58,6 @@ pub enum Rotation {
     /// After `n` events, always: `Every(1)` is strict turns at any cost, `Every(0)` never
     /// rotates (the kernel's raw first-come order, the `EPOLLEXCLUSIVE` monopoly).
     Every(u32),
-}
-
-impl Rotation {
-    /// `Every(n)`: is a member's turn over after it was handed `handed` events in a row? (Both
-    /// backends decide it as the event is handed out; never for `Every(0)` or `Adaptive`.)
-    pub(crate) fn due_by_count(self, handed: u32) -> bool {
-        matches!(self, Rotation::Every(n) if n > 0 && handed >= n)
-    }
-
-    /// `Adaptive`, *turns by the event, batches under a backlog*: is the turn over once the
-    /// member consumed its `handed`-th event in a row? Yes after `ADAPTIVE_BATCH`, else unless
-    /// the descriptor has a `backlog` (asked only then). Never for `Every(_)`.
-    pub(crate) fn adaptive_ends(self, handed: u32, backlog: impl FnOnce() -> bool) -> bool {
-        self == Rotation::Adaptive && (handed >= ADAPTIVE_BATCH || !backlog())
-    }
 }
 
 /// The most events a member takes in a row under [`Rotation::Adaptive`] while the descriptor

@@ -57,6 +57,17 @@ pub enum Error {
         /// What the kernel said.
         reason: &'static str,
     },
+    /// The descriptor is in blocking mode (`O_NONBLOCK` not set) and was to be registered
+    /// `exclusive`. A wake-up of a shared descriptor can find nothing (another member read it
+    /// first), and a blocking read would then hang the member, with the group's turn in its
+    /// hands. Set the descriptor non-blocking first: `set_nonblocking(true)` on a std socket,
+    /// `fcntl(fd, F_SETFL, flags | O_NONBLOCK)` (nix: `fcntl` with `OFlag::O_NONBLOCK`) on a
+    /// pipe, `O_NONBLOCK` in `mq_open`'s flags for a message queue.
+    #[error("descriptor {fd} is in blocking mode: a wake-up of a shared descriptor can find nothing, and a blocking read would hang; set it non-blocking first (set_nonblocking(true), or O_NONBLOCK with fcntl or mq_open)")]
+    BlockingDescriptor {
+        /// The descriptor number.
+        fd: RawSource,
+    },
     /// The descriptor is already registered with this waiter.
     #[error("descriptor {fd} is already registered with this waiter (use modify)")]
     AlreadyRegistered {
@@ -200,6 +211,7 @@ impl Error {
             Error::BackendUnavailable { .. } => io::ErrorKind::Unsupported,
             Error::BadDescriptor { .. }
             | Error::UnwatchableDescriptor { .. }
+            | Error::BlockingDescriptor { .. }
             | Error::ReservedKey { .. }
             | Error::InvalidInterest { .. }
             | Error::ZeroCapacity

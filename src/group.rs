@@ -254,7 +254,13 @@ impl std::fmt::Debug for Group {
     }
 }
 
-/// One member's counters, as [`Group::stats`] reports them.
+/// One member's counters, as [`Group::stats`] and [`Waiter::stats`] report them.
+///
+/// What they count, and what they do not: the kernel hides most of a herd. A waiter woken for
+/// readiness that another waiter took goes back to sleep *inside* the kernel's wait, and no
+/// counter here sees it; count those with the waiter's voluntary context switches
+/// (`getrusage`), as the lab does. `wakeups` counts only the kernel waits that came back to
+/// herdless; `empty_wakeups` those, and the events handed out, that came to nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberStats {
     /// The member's slot in the group (join order, reused after a member is gone).
@@ -263,13 +269,23 @@ pub struct MemberStats {
     pub pid: u32,
     /// Is the member still joined? (false once it left, or once its process died)
     pub alive: bool,
-    /// Times the member's kernel wait returned.
+    /// Times the member's kernel wait (epoll, or the emulation's poller) returned with
+    /// something: events, a notification, the emulation's token. Not timeouts, not signals,
+    /// and not the wake-ups the kernel swallowed (see above). One `wait` call may count several
+    /// when the library went back to sleep before returning.
     pub wakeups: u64,
-    /// Events handed to the member's caller.
+    /// Events handed to the member's caller by `wait`.
     pub events: u64,
-    /// Wake-ups for readiness that left nothing to hand over (someone else had taken it).
+    /// Empty wake-ups: events handed out that found nothing, as the application reported them
+    /// ([`Waiter::found_nothing`]: the read or accept said `EAGAIN`), plus kernel waits that
+    /// came back with readiness herdless found already taken and so did not hand out (it went
+    /// back to sleep: under the emulation, another member had taken the descriptor; natively,
+    /// an entry of a descriptor since closed). So natively it is the application's own count
+    /// of `EAGAIN`s, give or take a closed descriptor's; a member that never calls
+    /// `found_nothing` shows only the second kind.
     pub empty_wakeups: u64,
-    /// Wake-ups that only passed the emulation's token (0 for the native backend).
+    /// Wake-ups that only passed the emulation's token or rang its door bell: no event, no
+    /// notification (0 for the native backend).
     pub token_wakeups: u64,
     /// Does the member hold the emulation's token of some exclusive descriptor right now?
     /// (always false for the native backend, where the kernel's wait queue is the line)
@@ -370,6 +386,9 @@ impl Group {
 
     /// Per-member counters of every member that ever joined, readable from any thread, and from
     /// any process of the group (a parent reads its forked members' figures after they exit).
+    /// What each field counts, and what no field can see (the wake-ups the kernel swallows):
+    /// [`MemberStats`]. Empty wake-ups count what the members report with
+    /// [`Waiter::found_nothing`]; a member reads its own counters with [`Waiter::stats`].
     ///
     /// ```
     /// # #[cfg(unix)] {
@@ -381,6 +400,7 @@ impl Group {
     /// let group = Group::builder().build()?;
     /// let mut waiter = group.join()?;
     /// let (mut tx, rx) = UnixStream::pair()?;
+    /// rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
     /// waiter.add(&rx, 0, Interest::READABLE.exclusive())?;
     /// tx.write_all(b"x")?;
     /// waiter.wait(&mut Events::default(), Some(Duration::from_secs(5)))?;
@@ -391,24 +411,27 @@ impl Group {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> Vec<MemberStats> {
-        use std::sync::atomic::Ordering::SeqCst;
         let shared = &self.inner.shared;
-        let members = self.inner.members();
         let me = std::process::id();
         (0..shared.capacity())
-            .filter_map(|i| {
-                let slot = shared.member(i);
-                (slot.life().state() != crate::members::state::FREE).then(|| MemberStats {
-                    member: i as usize,
-                    pid: slot.pid.load(SeqCst),
-                    alive: members.is_alive(i, me),
-                    wakeups: slot.wakeups.get(),
-                    events: slot.events.get(),
-                    empty_wakeups: slot.empty_wakeups.get(),
-                    token_wakeups: slot.token_wakeups.get(),
-                    leader: shared.leads_any(i),
-                })
-            })
+            .filter(|&i| shared.member(i).life().state() != crate::members::state::FREE)
+            .map(|i| member_stats(&self.inner, i, me))
             .collect()
+    }
+}
+
+/// The counters of member slot `i`, read by process `me`.
+pub(crate) fn member_stats(inner: &GroupInner, i: u32, me: u32) -> MemberStats {
+    use std::sync::atomic::Ordering::SeqCst;
+    let slot = inner.shared.member(i);
+    MemberStats {
+        member: i as usize,
+        pid: slot.pid.load(SeqCst),
+        alive: inner.members().is_alive(i, me),
+        wakeups: slot.wakeups.get(),
+        events: slot.events.get(),
+        empty_wakeups: slot.empty_wakeups.get(),
+        token_wakeups: slot.token_wakeups.get(),
+        leader: inner.shared.leads_any(i),
     }
 }

@@ -101,19 +101,18 @@ impl GroupInner {
                 continue;
             };
             match self.backend {
-                Backend::Emulated => crate::emulated::reap_member(&self.protocol(), m, seen),
+                Backend::Emulated => self.protocol().reap(m, seen),
+                // The kernel forgot the dead process's epoll entries: nothing to clear. But a
+                // readiness on its ready list went with it: an idle member looks (the next one
+                // after it, as a hand-on from it would go).
                 _ => {
-                    // The kernel forgot the dead process's epoll entries: nothing to clear. But
-                    // a readiness on its ready list went with it: an idle member looks (the
-                    // next one after it, as a hand-on from it would go).
-                    if let Some(reap) = members.begin_reap(m, seen, me) {
-                        members.finish_reap(reap);
-                        if let Some(bells) = &self.native_bells {
-                            crate::platform::ring_idle(&self.shared, bells, m, None);
-                        }
+                    let reaped = members.reap(m, seen, me, |_, _| {});
+                    if let (true, Some(bells)) = (reaped, &self.native_bells) {
+                        crate::platform::ring_idle(&self.shared, bells, m, None);
                     }
+                    reaped
                 }
-            }
+            };
         }
     }
 }

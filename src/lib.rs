@@ -29,32 +29,51 @@
 //! otherwise); in each worker [`Group::join`] it, [`Waiter::add`] the shared, non-blocking
 //! descriptor with [`Interest::exclusive`], then loop: [`Waiter::wait`], one accept or read per
 //! event, [`Waiter::consumed`] at once (its docs say exactly when, and what happens without
-//! it), then the work. Stop threads with a [`Notifier`]; forked workers with a pipe's hang-up.
+//! it; [`Waiter::found_nothing`] instead after a read that found nothing), then the work. Stop threads with a [`Notifier`]; forked workers with a pipe's hang-up.
 //! Four threads on one listener: `examples/quick_start.rs`, the README's quick start; threads
 //! and forked workers with a clean stop: `examples/forked_workers.rs`.
 //!
-//! # Example
+//! # Example, on a pipe
+//!
+//! A shared descriptor must be non-blocking: a wake-up can find nothing (another member read
+//! the message first), and a blocking read would hang there. So an `exclusive` registration of
+//! a blocking one is refused, with the fix in its message ([`Error::BlockingDescriptor`]). A
+//! read that finds nothing is reported with [`Waiter::found_nothing`], which counts it in
+//! [`Group::stats`] and consumes the event.
 //!
 //! ```
 //! # #[cfg(unix)] {
-//! use herdless::{Events, Group, Interest};
-//! use std::io::{Read, Write};
-//! use std::os::unix::net::UnixStream;
+//! use herdless::{Error, Events, Group, Interest};
+//! use nix::fcntl::{fcntl, FcntlArg, OFlag};
+//! use std::fs::File;
+//! use std::io::{ErrorKind, Read, Write};
+//! use std::os::fd::AsRawFd;
 //! use std::time::Duration;
 //!
-//! let group = Group::builder().rotate_every(1).build()?; // built before threads or fork
-//! let (mut tx, mut rx) = UnixStream::pair()?;
-//! rx.set_nonblocking(true)?;
+//! let group = Group::builder().build()?; // built before threads or fork
+//! let (rx, tx) = nix::unistd::pipe()?; // (nix 0.29; any pipe will do)
+//! let (mut rx, mut tx) = (File::from(rx), File::from(tx));
 //! let mut waiter = group.join()?; // one per thread or process
-//! waiter.add(&rx, 0, Interest::READABLE.exclusive().one_event_round_robin())?;
+//! let shared = Interest::READABLE.exclusive().one_event_round_robin();
+//! let refused = waiter.add(&rx, 0, shared);
+//! assert!(matches!(refused, Err(Error::BlockingDescriptor { .. }))); // blocking: refused
+//! fcntl(rx.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+//! waiter.add(&rx, 0, shared)?;
 //! tx.write_all(b"job")?;
 //! let mut events = Events::with_capacity(16);
 //! waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
 //! for event in events.iter() {
-//!     let mut buf = [0; 3];
-//!     rx.read_exact(&mut buf)?;
-//!     waiter.consumed(event.key)?; // the readiness is consumed: the group may go on
+//!     let mut buf = [0; 64];
+//!     match rx.read(&mut buf) {
+//!         Ok(n) => {
+//!             waiter.consumed(event.key)?; // the readiness is consumed: the group may go on
+//!             assert_eq!(&buf[..n], b"job"); // then the work
+//!         }
+//!         Err(e) if e.kind() == ErrorKind::WouldBlock => waiter.found_nothing(event.key)?,
+//!         Err(e) => return Err(e.into()),
+//!     }
 //! }
+//! assert_eq!(group.stats()[0].empty_wakeups, 0); // alone, it never finds nothing
 //! waiter.delete(&rx)?;
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -90,6 +109,7 @@ mod source;
 mod sync;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+mod turn;
 mod waiter;
 
 pub use contract::{Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};

@@ -6,8 +6,9 @@
 //! killed at any instant must not leave the others stuck behind a lock it held. The member
 //! slots ([`MemberSlot`]) belong to the member table (`crate::members`), which alone changes a
 //! slot's state, by compare-and-swap on one word per slot; its statistics are counters any
-//! member adds to. The sources' fields are the emulation's token protocol (`emulated/protocol.rs`
-//! says which of them change by compare-and-swap and which are plain stores, and why).
+//! member adds to. The sources' fields are the emulation's token protocol's, private to
+//! `emulated/protocol/source.rs`, which documents each word (its bits, transitions, invariants
+//! and orderings) and is the only code that reads or writes them.
 
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -35,49 +36,10 @@ pub(crate) const MEMBER_WORDS: usize = crate::contract::MAX_MEMBERS_LIMIT / 64;
 #[cfg(loom)]
 pub(crate) const MEMBER_WORDS: usize = 1;
 
-/// One exclusive descriptor shared by the group (emulation only). Its layout lives here, in
-/// the shared mapping; what the protocol does with it lives with the protocol
-/// (`emulated/protocol.rs`). Each source has its own
-/// token, so members that register different sets of descriptors are still all served.
-#[repr(C)]
-pub(crate) struct SourceSlot {
-    /// A non-zero digest of the open file's identity (device, inode); 0 while unused.
-    pub id: AtomicU64,
-    /// The member handling this source's last event, or NONE. The leader does not watch the
-    /// source again until the holder has consumed the readiness.
-    pub holder: AtomicU32,
-    /// The token: the member that watches this source, or NONE.
-    pub leader: AtomicU32,
-    /// How many claims of this source have been won so far. A member that saw the source
-    /// ready keeps its claim only if no other claim was won since it last looked at who holds
-    /// the source (see `Protocol::claim`).
-    pub claims: AtomicU64,
-    /// The member that last handed the token on; it checks that the leader is alive.
-    pub watcher: AtomicU32,
-    /// Where the line starts: the next leader is the first idle member from here on.
-    pub line_head: AtomicU32,
-    /// The idle member after the leader in line, woken early so that it is awake (spinning)
-    /// when the token reaches it; NONE if there is none. A hint: nothing depends on it (and so
-    /// a plain atomic, outside the model checker's view, like the two timings below).
-    pub deputy: std::sync::atomic::AtomicU32,
-    /// When the holder claimed the last event (monotonic nanoseconds).
-    pub claimed_at: std::sync::atomic::AtomicU64,
-    /// How long holders have kept events lately (a moving average, nanoseconds).
-    pub hold_ns: std::sync::atomic::AtomicU64,
-    /// A member that was handed the token and left the ready source unclaimed for a while
-    /// (stopped, or starved of CPU): the token was taken from it, and `pass` skips it until it
-    /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
-    pub stuck: std::sync::atomic::AtomicU32,
-    /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
-    /// pass rings the new leader (see `Protocol::hold_left`). A hint.
-    pub quiet_claim: std::sync::atomic::AtomicU32,
-    /// How often the source was ready at once when a leader started watching it (a moving
-    /// average, 0 to 1024): a backlog. With a backlog and quick holders it pays for the next
-    /// leaders to spin for their turn rather than sleep (see `Protocol::spinning_pays`).
-    pub ready_on_arm: std::sync::atomic::AtomicU32,
-    /// Which members have registered this source (bit n: member n).
-    pub members: [AtomicU64; MEMBER_WORDS],
-}
+/// One exclusive descriptor shared by the group (emulation only): laid out here, in the
+/// header; its words are private to the token protocol (`emulated/protocol/source.rs`), which
+/// documents them and is the only code that reads or writes them.
+pub(crate) use crate::emulated::SourceSlot;
 
 /// What a process that opens a named group checks before it trusts the memory (`crate::named`),
 /// and what every group's door bells are named after. Written once, before anyone else can
@@ -108,7 +70,9 @@ pub(crate) struct Preamble {
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"herdless");
 /// The shared layout's version: changed whenever the layout of [`Header`] or [`MemberSlot`]
 /// changes, so that a named group made by another version of herdless is refused, not misread.
-pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// (2: the source's holder, leader and watcher became tagged 64-bit words, and its claim
+/// count moved into the holder word.)
+pub(crate) const LAYOUT_VERSION: u32 = 2;
 
 /// The fixed part of the shared state. Aligned to a cache line, so that its size is a multiple of
 /// 64 and the member slots after it each start a line of their own.
@@ -283,21 +247,7 @@ impl Memory {
             native_overlap_at: zero64(),
             native_last_event_ns: zero64(),
             native_gap_ns: zero64(),
-            sources: std::array::from_fn(|_| SourceSlot {
-                id: zero64(),
-                holder: zero32(),
-                leader: zero32(),
-                claims: zero64(),
-                watcher: zero32(),
-                line_head: zero32(),
-                deputy: std::sync::atomic::AtomicU32::new(NONE),
-                stuck: std::sync::atomic::AtomicU32::new(NONE),
-                quiet_claim: std::sync::atomic::AtomicU32::new(0),
-                claimed_at: std::sync::atomic::AtomicU64::new(0),
-                hold_ns: std::sync::atomic::AtomicU64::new(0),
-                ready_on_arm: std::sync::atomic::AtomicU32::new(0),
-                members: std::array::from_fn(|_| zero64()),
-            }),
+            sources: std::array::from_fn(|_| SourceSlot::new()),
         };
         let members = (0..capacity).map(|_| MemberSlot::zeroed()).collect();
         Ok(Memory {
@@ -419,11 +369,7 @@ impl SharedState {
     /// memory only once they see it).
     fn set_up(&self, settings: Settings) {
         for s in &self.header().sources {
-            for f in [&s.holder, &s.leader, &s.watcher] {
-                f.store(NONE, SeqCst);
-            }
-            s.deputy.store(NONE, SeqCst);
-            s.stuck.store(NONE, SeqCst);
+            s.set_up();
         }
         let p = &self.header().preamble;
         p.layout_version.store(LAYOUT_VERSION, SeqCst);
@@ -482,11 +428,24 @@ impl SharedState {
         self.header()
             .sources
             .iter()
-            .any(|s| s.id.load(SeqCst) != 0 && s.leader.load(SeqCst) == m)
+            .any(|s| s.is_used() && s.leader().slot == m)
     }
 
     pub(crate) fn source(&self, index: usize) -> &SourceSlot {
         &self.header().sources[index]
+    }
+
+    /// Would the open file `id` (non-zero) find a source slot: its own, or a free one? A look
+    /// that takes none (a `modify` checks its new registration with it before it touches the
+    /// old one: the slots are never given back, so a check that took one and then failed
+    /// would spend it). Another member may take the last free slot meanwhile: the add then
+    /// fails as the look would have.
+    pub(crate) fn source_room(&self, id: u64) -> Result<()> {
+        let sources = &self.header().sources;
+        match sources.iter().any(|s| s.is_for(id) || !s.is_used()) {
+            true => Ok(()),
+            false => Err(Error::TooManySources { max: MAX_SOURCES }),
+        }
     }
 
     /// Finds or takes the source slot of the open file `id` (non-zero). Lock-free: two members
@@ -497,10 +456,8 @@ impl SharedState {
         let start = (id % MAX_SOURCES as u64) as usize;
         for probe in 0..MAX_SOURCES {
             let i = (start + probe) % MAX_SOURCES;
-            match sources[i].id.compare_exchange(0, id, SeqCst, SeqCst) {
-                Ok(_) => return Ok(i),
-                Err(existing) if existing == id => return Ok(i),
-                Err(_) => continue,
+            if sources[i].take_for(id) {
+                return Ok(i);
             }
         }
         Err(Error::TooManySources { max: MAX_SOURCES })
@@ -525,5 +482,37 @@ fn random_u64() -> u64 {
 impl Drop for SharedState {
     fn drop(&mut self) {
         self.memory.free(self.capacity);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The look a `modify` makes takes no source slot: the slots are never given back, so a
+    /// check that took one would spend it. It finds room while a slot is free or the file's
+    /// own is there, and none once every slot holds another file.
+    #[test]
+    fn a_look_for_room_takes_no_source_slot() {
+        let shared = SharedState::for_tests(2).unwrap();
+        let used = |shared: &SharedState| {
+            (0..MAX_SOURCES)
+                .filter(|&s| shared.source(s).is_used())
+                .count()
+        };
+        for id in 1..=10 * MAX_SOURCES as u64 {
+            shared.source_room(id).unwrap();
+        }
+        assert_eq!(used(&shared), 0, "a look took a slot");
+        for id in 1..=MAX_SOURCES as u64 {
+            shared.source_index(id).unwrap();
+        }
+        assert!(shared.source_room(1).is_ok(), "the file's own slot is room");
+        let full = shared.source_room(MAX_SOURCES as u64 + 1);
+        assert!(
+            matches!(full, Err(Error::TooManySources { .. })),
+            "{full:?}"
+        );
+        assert_eq!(used(&shared), MAX_SOURCES);
     }
 }

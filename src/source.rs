@@ -46,7 +46,7 @@ pub trait AsSource: std::os::windows::io::AsSocket {}
 #[cfg(windows)]
 impl<T: std::os::windows::io::AsSocket + ?Sized> AsSource for T {}
 
-use crate::error::RawSource;
+use crate::error::{RawSource, Result};
 
 /// The raw number of a borrowed source (used as the registration's identity).
 pub(crate) fn raw_of(source: &impl AsSource) -> RawSource {
@@ -60,4 +60,73 @@ pub(crate) fn raw_of(source: &impl AsSource) -> RawSource {
         use std::os::windows::io::AsRawSocket;
         source.as_socket().as_raw_socket()
     }
+}
+
+/// Refuses an `exclusive` registration of a descriptor in blocking mode
+/// ([`Error::BlockingDescriptor`](crate::Error::BlockingDescriptor)): one `fcntl(F_GETFL)`.
+///
+/// Why exclusive only: the hazard is a wake-up that finds nothing, and that comes from sharing
+/// (another member read the message first). `exclusive` is the registration that says the
+/// descriptor is shared by the group; one without it, `one_event_round_robin` alone included,
+/// may be a member's private descriptor (a stop pipe, a connection), where a level-triggered
+/// wake-up always finds something, so it is not refused (a descriptor shared *without*
+/// `exclusive` wakes every member and must be non-blocking too: the docs say so).
+///
+/// What the kernel would refuse anyway keeps its own error: a number that is not open
+/// (`BadDescriptor`), a regular file, a directory, `/dev/null`, an epoll descriptor
+/// (`UnwatchableDescriptor`). So a blocking descriptor is refused only once it is known to be
+/// one the poller takes (`watchable`), which costs nothing on the way that succeeds.
+///
+/// POSIX message queues carry `O_NONBLOCK` in their file flags on Linux (`mq_open`'s flag, or
+/// `mq_setattr`), so they are checked like pipes and sockets. On Windows a socket's blocking
+/// mode cannot be read back (Winsock has no query for `FIONBIO`), so nothing is checked there.
+pub(crate) fn check_nonblocking(fd: RawSource, interest: crate::interest::Interest) -> Result<()> {
+    if !interest.is_exclusive() {
+        return Ok(());
+    }
+    #[cfg(unix)]
+    {
+        // SAFETY: F_GETFL reads the flags of a descriptor number; a closed one gives EBADF.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags != -1 && flags & libc::O_NONBLOCK == 0 && watchable(fd) {
+            return Err(crate::error::Error::BlockingDescriptor { fd });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = fd;
+    Ok(())
+}
+
+/// Would the kernel watch `fd` exclusively? Linux: asked of a throwaway epoll instance with the
+/// native backend's own flags (`EPOLLIN | EPOLLEXCLUSIVE`), which refuses what either backend
+/// refuses (regular files, directories, `/dev/null`, epoll descriptors) and takes pipes,
+/// sockets, message queues, FIFOs. Elsewhere: pipes, FIFOs and sockets, by their file type.
+/// Runs only for a blocking descriptor, on the way to an error.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn watchable(fd: RawSource) -> bool {
+    // SAFETY: epoll_create1 makes a new descriptor or fails.
+    let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if epoll == -1 {
+        return true; // no probe: the blocking mode is what is known
+    }
+    let mut event = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+        u64: 0,
+    };
+    // SAFETY: our own epoll instance, a live event struct; the entry dies with the instance.
+    let added = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut event) } == 0;
+    // SAFETY: closes the instance made above, which nothing else holds.
+    unsafe { libc::close(epoll) };
+    added
+}
+
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+fn watchable(fd: RawSource) -> bool {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only reads the descriptor number and writes the live struct.
+    if unsafe { libc::fstat(fd, &mut st) } == -1 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
 }

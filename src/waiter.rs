@@ -14,11 +14,12 @@ use std::time::Duration;
 use crate::contract::Backend;
 use crate::emulated::{EmulatedNotifier, EmulatedWaiter};
 use crate::error::{Error, Result};
+use crate::group::MemberStats;
 use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
 use crate::platform::{NativeNotifier, NativeWaiter};
-use crate::source::{raw_of, AsSource};
+use crate::source::{check_nonblocking, raw_of, AsSource};
 
 /// The backend-specific half of a waiter.
 // Outside Linux the native waiter is uninhabited: the size difference is no cost there.
@@ -49,6 +50,7 @@ enum Engine {
 /// let group = Group::builder().backend(Backend::Emulated).build()?;
 /// let mut waiter = group.join()?;
 /// let (mut tx, rx) = UnixStream::pair()?;
+/// rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
 /// waiter.add(&rx, 7, Interest::READABLE.exclusive())?;
 /// tx.write_all(b"x")?;
 /// let mut events = Events::with_capacity(8);
@@ -138,13 +140,26 @@ impl Waiter {
     ///
     /// [`Error::ReservedKey`], [`Error::InvalidInterest`], [`Error::AlreadyRegistered`],
     /// [`Error::BadDescriptor`] (closed or never opened), [`Error::UnwatchableDescriptor`]
-    /// (a regular file or directory), [`Error::ForkedWaiter`]. Nothing changes on error.
+    /// (a regular file or directory), [`Error::BlockingDescriptor`] (an `exclusive`
+    /// registration of a descriptor without `O_NONBLOCK`: set it non-blocking first),
+    /// [`Error::ForkedWaiter`]. Nothing changes on error.
     ///
-    /// Example: see [`Waiter`].
+    /// **Blocking descriptors.** A shared descriptor must be non-blocking: a wake-up can find
+    /// nothing (another member read the message first), and a blocking read would then hang.
+    /// An `exclusive` registration, the one that says the descriptor is shared, checks it
+    /// (one `fcntl(F_GETFL)`; pipes, sockets and message queues alike) and refuses a blocking
+    /// one. A registration without `exclusive` (`one_event_round_robin` alone included) is not
+    /// checked: it may be the member's own descriptor, which a wake-up never finds empty; one
+    /// shared without `exclusive` wakes every member, so it must be non-blocking all the same.
+    /// On Windows a socket's blocking mode cannot be read back, so it is not checked: call
+    /// `set_nonblocking(true)` yourself.
+    ///
+    /// Example: see [`Waiter`]; on a pipe, the crate's front page.
     pub fn add(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
         self.check_process()?;
         interest.validate(key)?;
         let raw = raw_of(&fd);
+        check_nonblocking(raw, interest)?;
         match &mut *self.engine {
             Engine::Native(n) => n.add(raw, key, interest),
             Engine::Emulated(e) => e.add(&self.group.protocol(), raw, key, interest),
@@ -156,7 +171,9 @@ impl Waiter {
     ///
     /// # Errors
     ///
-    /// As [`add`](Self::add), with [`Error::NotRegistered`] for an fd never added.
+    /// As [`add`](Self::add) (a change to `exclusive` of a blocking descriptor is refused with
+    /// [`Error::BlockingDescriptor`], the registration left as it was), with
+    /// [`Error::NotRegistered`] for an fd never added.
     ///
     /// ```
     /// # #[cfg(unix)] {
@@ -164,6 +181,7 @@ impl Waiter {
     /// let group = Group::builder().build()?;
     /// let mut waiter = group.join()?;
     /// let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+    /// a.set_nonblocking(true)?; // exclusive below: a wake-up may find nothing
     /// waiter.add(&a, 1, Interest::READABLE)?;
     /// waiter.modify(&a, 2, Interest::READABLE.exclusive())?; // new key, now exclusive
     /// waiter.delete(&a)?;
@@ -174,6 +192,7 @@ impl Waiter {
         self.check_process()?;
         interest.validate(key)?;
         let raw = raw_of(&fd);
+        check_nonblocking(raw, interest)?;
         match &mut *self.engine {
             Engine::Native(n) => n.modify(raw, key, interest),
             Engine::Emulated(e) => e.modify(&self.group.protocol(), raw, key, interest),
@@ -301,6 +320,66 @@ impl Waiter {
             Engine::Native(n) => n.consumed(key),
             Engine::Emulated(e) => e.consumed(&self.group.protocol(), key),
         }
+    }
+
+    /// Says that the event with `key` that [`wait`](Self::wait) handed out found nothing: the
+    /// read or accept said `WouldBlock` (`EAGAIN`), another member having taken the message
+    /// first. It counts one empty wake-up for this member ([`MemberStats::empty_wakeups`],
+    /// `herdless_stats` in C), so the group's figures show the wake-ups the application paid
+    /// for and got nothing from, and then does all that [`consumed`](Self::consumed) does: call
+    /// it *instead of* `consumed` for that event, not as well. Once per event that found
+    /// nothing; a key with no event outstanding is counted and otherwise ignored.
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::{Events, Group, Interest};
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// let group = Group::builder().build()?;
+    /// let mut waiter = group.join()?;
+    /// let (mut tx, mut rx) = UnixStream::pair()?;
+    /// rx.set_nonblocking(true)?;
+    /// waiter.add(&rx, 0, Interest::READABLE.exclusive())?;
+    /// tx.write_all(b"job")?;
+    /// let mut events = Events::default();
+    /// waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
+    /// let mut buf = [0; 64];
+    /// let (mut read, mut empty) = (0, 0);
+    /// for event in events.iter() {
+    ///     match rx.read(&mut buf) {
+    ///         Ok(n) => {
+    ///             waiter.consumed(event.key)?;
+    ///             read += n; // then the work
+    ///         }
+    ///         Err(e) if e.kind() == ErrorKind::WouldBlock => {
+    ///             waiter.found_nothing(event.key)?; // instead of consumed
+    ///             empty += 1;
+    ///         }
+    ///         Err(e) => return Err(e.into()),
+    ///     }
+    /// }
+    /// assert_eq!((read, empty), (3, 0)); // alone in its group, a waiter never finds nothing
+    /// assert_eq!(waiter.stats().empty_wakeups, empty);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`consumed`](Self::consumed).
+    pub fn found_nothing(&mut self, key: usize) -> Result<()> {
+        self.check_process()?;
+        self.group.shared.member(self.member).empty_wakeups.add(1);
+        self.consumed(key)
+    }
+
+    /// This member's own counters, as [`Group::stats`](crate::Group::stats) reports them: what
+    /// a member reads about itself without walking the group's slots.
+    /// Example: see [`found_nothing`](Self::found_nothing).
+    pub fn stats(&self) -> MemberStats {
+        crate::group::member_stats(&self.group, self.member, self.pid)
     }
 
     /// A handle that wakes this waiter's `wait` from another thread: the wait returns 0

@@ -295,6 +295,7 @@ fn eight_sources_processes(backend: Backend) {
 fn both_ends_in_one_waiter(backend: Backend) {
     let group = Group::builder().backend(backend).build().unwrap();
     let (rx, tx) = pipe();
+    set_nonblocking(tx.as_raw_fd()); // exclusive: a wake-up may find the pipe full again
     let mut waiter = group.join().unwrap();
     waiter.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
     waiter.add(&tx, 1, Interest::WRITABLE.exclusive()).unwrap();

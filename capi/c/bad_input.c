@@ -82,6 +82,20 @@ int main(int argc, char **argv) {
     EXPECT(herdless_add(waiter, p[0], 1, HERDLESS_PRIORITY | HERDLESS_EXCLUSIVE), HERDLESS_EINVAL);
     EXPECT(herdless_add(waiter, p[0], 1, rx | 0x100), HERDLESS_EINVAL);
     EXPECT(herdless_add(waiter, p[0], SIZE_MAX, rx), HERDLESS_EINVAL);
+    /* A blocking descriptor, exclusive: refused, the message naming C's fix; then non-blocking. */
+    EXPECT(herdless_add(waiter, p[0], 1, rx), HERDLESS_EBLOCKING);
+    expect("HERDLESS_EBLOCKING: errno EINVAL", errno, EINVAL);
+    expect("herdless_strerror of HERDLESS_EBLOCKING names fcntl and O_NONBLOCK",
+           strstr(herdless_strerror(HERDLESS_EBLOCKING), "fcntl") != NULL &&
+               strstr(herdless_strerror(HERDLESS_EBLOCKING), "O_NONBLOCK") != NULL, 1);
+    EXPECT(herdless_add(waiter, p[0], 1, HERDLESS_READABLE), HERDLESS_OK); /* not exclusive */
+    EXPECT(herdless_modify(waiter, p[0], 1, rx), HERDLESS_EBLOCKING);
+    EXPECT(herdless_delete(waiter, p[0]), HERDLESS_OK);
+    struct pollfd blocking = {.fd = p[0], .events = POLLIN | HERDLESS_POLLEXCL};
+    EXPECT(herdless_poll(waiter, &blocking, 1, 0), -1);
+    EXPECT(herdless_last_error(), HERDLESS_EBLOCKING);
+    EXPECT(herdless_poll(waiter, &blocking, 0, 0), 0);
+    if (fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK) != 0) return 2;
     EXPECT(herdless_delete(waiter, p[0]), HERDLESS_ENOENT);
     EXPECT(herdless_modify(waiter, p[0], 1, rx), HERDLESS_ENOENT);
     EXPECT(herdless_add(waiter, p[0], 1, rx), HERDLESS_OK);
@@ -120,6 +134,11 @@ int main(int argc, char **argv) {
     EXPECT(herdless_stats(group, NULL, 4), HERDLESS_ENULL);
     EXPECT(herdless_stats(group, NULL, 0), 1);
     EXPECT(herdless_stats(group, stats, 4), 1);
+    /* An empty wake-up the caller reports: counted in herdless_stats. */
+    EXPECT(herdless_found_nothing(waiter, 5), HERDLESS_OK);
+    EXPECT(herdless_found_nothing((herdless_waiter){0}, 5), HERDLESS_EBADHANDLE);
+    EXPECT(herdless_stats(group, stats, 4), 1);
+    expect("herdless_found_nothing counts an empty wake-up", (int)stats[0].empty_wakeups, 1);
     EXPECT(herdless_stats((herdless_group){0}, stats, 4), HERDLESS_EBADHANDLE);
 
     /* Another thread in a call on the waiter: EBUSY, but herdless_notify goes through. */

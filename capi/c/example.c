@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
 #include "herdless.h"
@@ -7,6 +8,7 @@ int main(void) {
     herdless_waiter waiter;
     int p[2];
     if (herdless_group_new(NULL, &group) < 0 || pipe(p) != 0) return 1;
+    fcntl(p[0], F_SETFL, O_NONBLOCK); /* shared: a wake-up may find nothing (HERDLESS_EBLOCKING) */
     /* ... start threads or fork workers here; each one joins the group: */
     int rc = herdless_join(group, &waiter);
     if (rc < 0) { fprintf(stderr, "join: %s\n", herdless_strerror(rc)); return 1; }

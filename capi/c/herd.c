@@ -99,6 +99,8 @@ static void waiter_loop(herdless_waiter w, int index) {
         } else if (r == 0) {
             break; /* end of file: the producer closed the pipe after the last message */
         } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+            /* Counted in herdless_stats too, and consumed. */
+            if (errno == EAGAIN) herdless_found_nothing(w, (size_t)data_fd);
             if (!drained) wasted++;
         } else {
             fprintf(stderr, "herd: waiter %d: read returned %zd\n", index, r);

@@ -2,6 +2,7 @@
  * stays readable, beside an idle one), in nanoseconds: what the call itself adds, with no
  * sleep in it. docs/c.md lists its figures.
  * Usage: poll_cost [calls] [timeout_ms] [native|emulated]  (timeout -1: the blocking path) */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ int main(int argc, char **argv) {
     herdless_options_init(&o);
     if (argc > 3 && strcmp(argv[3], "emulated") == 0) o.backend = HERDLESS_BACKEND_EMULATED;
     if (herdless_group_new(&o, &g) || herdless_join(g, &w) || pipe(a) || pipe(b)) return 2;
+    if (fcntl(a[0], F_SETFL, O_NONBLOCK) != 0) return 2; /* exclusive: non-blocking */
     if (write(a[1], "x", 1) != 1) return 2;
     struct pollfd fds[2] = {{.fd = a[0], .events = POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE},
                             {.fd = b[0], .events = POLLIN}};

@@ -2,6 +2,7 @@
  * POLLERR, POLLNVAL), entries with fd < 0 ignored, a timeout returns 0, and registrations
  * follow the array as it changes between calls. Usage: poll_shape native|emulated.
  * Exit 0 if every check holds. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -42,6 +43,10 @@ int main(int argc, char **argv) {
 
     int a[2], b[2], c[2], s[2];
     if (pipe(a) || pipe(b) || pipe(c) || socketpair(AF_UNIX, SOCK_STREAM, 0, s)) return 2;
+    /* Every end non-blocking: HERDLESS_POLLEXCL refuses a blocking descriptor. */
+    int ends[8] = {a[0], a[1], b[0], b[1], c[0], c[1], s[0], s[1]};
+    for (int i = 0; i < 8; i++)
+        if (fcntl(ends[i], F_SETFL, O_NONBLOCK) != 0) return 2;
 
     /* revents as poll() gives them. */
     same_as_poll(w, "writable pipe end: POLLOUT", a[1], POLLOUT);

@@ -1,6 +1,7 @@
 /* The POLLONE example of seed 003, from C: three pipes, all readable, polled with
  * POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE; successive herdless_poll calls must return
  * fd1, fd2, fd3, fd1, ... one at a time. Usage: pollone native|emulated. Exit 0 if it holds. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,7 +30,9 @@ int main(int argc, char **argv) {
     int pipes[3][2];
     struct pollfd fds[3];
     for (int i = 0; i < 3; i++) {
-        if (pipe(pipes[i]) != 0 || write(pipes[i][1], "x", 1) != 1) {
+        /* Shared descriptors are non-blocking (HERDLESS_POLLEXCL refuses a blocking one). */
+        if (pipe(pipes[i]) != 0 || fcntl(pipes[i][0], F_SETFL, O_NONBLOCK) != 0 ||
+            write(pipes[i][1], "x", 1) != 1) {
             perror("pipe");
             return 1;
         }

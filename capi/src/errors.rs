@@ -64,6 +64,10 @@ pub const HERDLESS_ESETTINGS: c_int = -1016;
 pub const HERDLESS_EBADGROUP: c_int = -1017;
 /// The group's permissions shut this user out. errno EACCES.
 pub const HERDLESS_EACCES: c_int = -1018;
+/// The descriptor is in blocking mode and was to be registered HERDLESS_EXCLUSIVE (or
+/// HERDLESS_POLLEXCL): a wake-up can find nothing, and a blocking read would hang. Set
+/// O_NONBLOCK first (fcntl F_SETFL, or O_NONBLOCK in mq_open's flags). errno EINVAL.
+pub const HERDLESS_EBLOCKING: c_int = -1019;
 
 /// A failed call: the code recorded for C, the errno set, and the message kept for
 /// herdless_strerror.
@@ -98,7 +102,7 @@ pub(crate) fn errno_of(code: c_int) -> c_int {
     match code {
         HERDLESS_ENULL => libc::EFAULT,
         HERDLESS_EBADHANDLE | HERDLESS_EWRONGPROCESS | HERDLESS_EBADF => libc::EBADF,
-        HERDLESS_EINVAL => libc::EINVAL,
+        HERDLESS_EINVAL | HERDLESS_EBLOCKING => libc::EINVAL,
         HERDLESS_EUNWATCHABLE => libc::EPERM,
         HERDLESS_EEXIST => libc::EEXIST,
         HERDLESS_ENOENT => libc::ENOENT,
@@ -130,6 +134,15 @@ impl From<herdless::Error> for Failure {
                 ),
             ),
             E::NotRegistered { .. } => (HERDLESS_ENOENT, e.to_string()),
+            E::BlockingDescriptor { fd } => (
+                HERDLESS_EBLOCKING,
+                format!(
+                    "descriptor {fd} is in blocking mode: a wake-up of a shared descriptor can \
+                     find nothing, and a blocking read would hang; set O_NONBLOCK first \
+                     (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), or O_NONBLOCK in \
+                     mq_open's flags)"
+                ),
+            ),
             E::ReservedKey { key } => (
                 HERDLESS_EINVAL,
                 format!(
@@ -277,6 +290,7 @@ fn describe(code: c_int) -> &'static [u8] {
         HERDLESS_ESETTINGS => b"the named group has other settings\0",
         HERDLESS_EBADGROUP => b"not a group this herdless can use\0",
         HERDLESS_EACCES => b"permission denied for the named group\0",
+        HERDLESS_EBLOCKING => b"descriptor in blocking mode (set O_NONBLOCK)\0",
         _ => b"unknown herdless error code\0",
     }
 }
@@ -366,6 +380,7 @@ mod tests {
             HERDLESS_ESETTINGS,
             HERDLESS_EBADGROUP,
             HERDLESS_EACCES,
+            HERDLESS_EBLOCKING,
         ];
         for code in codes {
             assert!(code <= -1000, "{code}");

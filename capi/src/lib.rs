@@ -129,13 +129,19 @@ pub struct herdless_member_stats {
     pub alive: bool,
     /// Does it hold the emulation's token of some exclusive descriptor right now?
     pub leader: bool,
-    /// Times the member's kernel wait returned.
+    /// Times the member's kernel wait returned with something (events, a notification, the
+    /// emulation's token); not timeouts, signals, nor the wake-ups the kernel swallowed inside
+    /// its wait (count those with getrusage's voluntary context switches).
     pub wakeups: u64,
     /// Events handed to the member's caller.
     pub events: u64,
-    /// Wake-ups for readiness someone else had already taken.
+    /// Empty wake-ups: events that found nothing as the application reported them
+    /// (herdless_found_nothing after EAGAIN), plus kernel wake-ups herdless found already taken
+    /// and did not hand out (emulation: another member had the descriptor). Natively, the
+    /// application's own count of EAGAINs.
     pub empty_wakeups: u64,
-    /// Wake-ups that only passed the emulation's token (0 for the native backend).
+    /// Wake-ups that only passed the emulation's token or rang its door bell (0 for the native
+    /// backend).
     pub token_wakeups: u64,
 }
 
@@ -487,9 +493,14 @@ pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
 /// HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). Keep `fd` open until
 /// it is deleted. Keys from UINTPTR_MAX - 2 up are reserved.
 ///
+/// With HERDLESS_EXCLUSIVE, `fd` must be non-blocking (O_NONBLOCK set: fcntl, or mq_open's
+/// flags): a wake-up can find nothing, and a blocking read would hang the member. A blocking
+/// one is refused with HERDLESS_EBLOCKING. (Not checked on Windows, where a socket's blocking
+/// mode cannot be read back; nor without HERDLESS_EXCLUSIVE, for a member's own descriptor.)
+///
 /// Returns HERDLESS_OK; HERDLESS_EBADF (closed), HERDLESS_EUNWATCHABLE (a regular file),
-/// HERDLESS_EEXIST, HERDLESS_EINVAL, HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS,
-/// HERDLESS_EBUSY. Nothing changes on error.
+/// HERDLESS_EBLOCKING (exclusive, without O_NONBLOCK), HERDLESS_EEXIST, HERDLESS_EINVAL,
+/// HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY. Nothing changes on error.
 #[no_mangle]
 pub extern "C" fn herdless_add(
     waiter: herdless_waiter,
@@ -609,6 +620,23 @@ pub extern "C" fn herdless_consumed(waiter: herdless_waiter, key: usize) -> c_in
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
         state.waiter.consumed(key)?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// Says that the event with `key` found nothing: the read or accept failed with EAGAIN
+/// (EWOULDBLOCK), another member having taken the message first. It counts one empty wake-up
+/// for this member (herdless_member_stats.empty_wakeups) and then does what herdless_consumed
+/// does: call it instead of herdless_consumed for that event, not as well. For descriptors
+/// registered by herdless_poll, the key is the descriptor itself.
+///
+/// Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
+#[no_mangle]
+pub extern "C" fn herdless_found_nothing(waiter: herdless_waiter, key: usize) -> c_int {
+    ffi(|| {
+        let entry = registry::waiter(waiter.id)?;
+        let mut state = registry::lock(&entry)?;
+        state.waiter.found_nothing(key)?;
         Ok(HERDLESS_OK)
     })
 }

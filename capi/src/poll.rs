@@ -92,9 +92,11 @@ fn interest_of(events: i16) -> Option<Interest> {
 /// exceeds RLIMIT_NOFILE; EINTR (above). Besides poll()'s: EPERM if a descriptor asked for
 /// with HERDLESS_POLLEXCL cannot be watched exclusively (a regular file, an epoll descriptor;
 /// never answered as always ready, which would make the caller spin); EINVAL if an interest is
-/// refused (POLLPRI with HERDLESS_POLLEXCL); EEXIST if a descriptor was also added with
-/// herdless_add; EBADF for a bad waiter handle; EBUSY; EIO. herdless_last_error() gives the
-/// HERDLESS_E* code of the failure and herdless_strerror() its message.
+/// refused (POLLPRI with HERDLESS_POLLEXCL) or a descriptor asked for with HERDLESS_POLLEXCL
+/// is in blocking mode (HERDLESS_EBLOCKING: set O_NONBLOCK with fcntl first); EEXIST if a
+/// descriptor was also added with herdless_add; EBADF for a bad waiter handle; EBUSY; EIO.
+/// herdless_last_error() gives the HERDLESS_E* code of the failure and herdless_strerror() its
+/// message.
 ///
 /// # Safety
 ///

@@ -5,7 +5,8 @@
 //! (exec, loading, opening the named group) is not a wake-up of the run. The raw setups make exactly the
 //! experiments' system calls (their own epoll, `EPOLLIN`, with or without `EPOLLEXCLUSIVE`, accept
 //! until `EAGAIN`, nginx's DEL + ADD every 16 accepts); the herdless setups take one connection
-//! per wake-up and call `consumed` right after the accept, before the work, as a server should.
+//! per wake-up and call `consumed` right after the accept, before the work, as a server should
+//! (`found_nothing` when the accept found none, which the group counts as an empty wake-up).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -160,15 +161,18 @@ impl Worker<'_> {
                 return Ok(());
             }
             self.bump(Counter::Wakeups);
-            let conn = accept_one(self.listener.as_raw_fd())?;
-            waiter.consumed(LISTENER as usize)?;
-            match conn {
+            match accept_one(self.listener.as_raw_fd())? {
                 Some(conn) => {
+                    waiter.consumed(LISTENER as usize)?;
                     self.bump(Counter::Accepts);
                     busy_for(self.work);
                     drop(conn);
                 }
-                None => self.bump(Counter::Empty),
+                None => {
+                    // Counted in the group's stats too, and consumed.
+                    waiter.found_nothing(LISTENER as usize)?;
+                    self.bump(Counter::Empty);
+                }
             }
         }
     }

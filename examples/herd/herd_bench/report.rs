@@ -40,8 +40,14 @@ struct JsonRow {
     messages_per_second: f64,
     kernel_wakeups: u64,
     kernel_wakeups_per_message: f64,
+    /// Reads that found nothing (`EAGAIN`), as the members counted them.
     empty_wakeups: u64,
     empty_wakeups_per_message: f64,
+    /// The same window's empty wake-ups as the library counted them
+    /// (`MemberStats::empty_wakeups`; the members call `found_nothing` after each `EAGAIN`);
+    /// null for no flag, which does not use herdless.
+    library_empty_wakeups: Option<u64>,
+    library_empty_wakeups_per_message: Option<f64>,
     /// CPU time (user + system) of all waiters over the window of the kernel wake-ups.
     cpu_seconds: f64,
     cpu_us_per_message: f64,
@@ -149,6 +155,10 @@ impl Report {
                         kernel_wakeups_per_message: m.kernel_wakeups as f64 / n,
                         empty_wakeups: m.empty_wakeups,
                         empty_wakeups_per_message: m.empty_wakeups as f64 / n,
+                        library_empty_wakeups: m.library_empty_wakeups,
+                        library_empty_wakeups_per_message: m
+                            .library_empty_wakeups
+                            .map(|e| e as f64 / n),
                         cpu_seconds: m.cpu_seconds,
                         cpu_us_per_message: m.cpu_seconds * 1e6 / n,
                         distribution: Distribution::of(&m.per_waiter),
@@ -229,7 +239,8 @@ impl Report {
             "µs/msg",
             "CPU µs/msg",
             "kernel wake-ups/msg",
-            "empty wake-ups/msg",
+            "EAGAIN/msg",
+            "stats() empty/msg",
             "max share",
             "max−min",
             "Jain",
@@ -281,6 +292,15 @@ impl Report {
                     line.spread(|m| m.empty_wakeups as f64 / m.messages as f64),
                     3,
                 ),
+                match line.runs.iter().all(|m| m.library_empty_wakeups.is_some()) {
+                    true => show(
+                        line.spread(|m| {
+                            m.library_empty_wakeups.unwrap_or(0) as f64 / m.messages as f64
+                        }),
+                        3,
+                    ),
+                    false => "—".to_string(),
+                },
                 show(of(&|d| d.max_share), 3),
                 show(of(&|d| d.spread as f64), 0),
                 show(of(&|d| d.jain), 3),
@@ -343,8 +363,12 @@ impl Report {
         println!(
             "\nKernel wake-ups: voluntary context switches of the waiters (RUSAGE_THREAD per \
              waiter thread, per child process with --processes), from each waiter's start to \
-             its first wake-up after the last message was read. Empty: reads that found \
-             nothing (EAGAIN). CPU: user + system time of all the waiters (RUSAGE_THREAD per \
+             its first wake-up after the last message was read. EAGAIN: reads that found \
+             nothing, as the waiters counted them; stats() empty: the same window's empty \
+             wake-ups as herdless counted them (MemberStats::empty_wakeups: each EAGAIN \
+             reported with Waiter::found_nothing, plus, under the emulation, wake-ups its \
+             token passing absorbed before they reached the waiter; — for no flag, which does \
+             not use herdless). CPU: user + system time of all the waiters (RUSAGE_THREAD per \
              waiter thread or child process) over the same window, per message; the \
              producer's is not counted. Time: first write to last read, all waiters asleep at \
              the start."

@@ -13,7 +13,9 @@
 //! single-threaded child is the process's figure), from the waiter's start to its first wake-up
 //! after the last data message was read; so the herd the stop signal itself causes (W mq
 //! sentinels at W = 500) is not charged to the data. Empty wake-ups are reads that found nothing
-//! (`EAGAIN`) in the same window. A watchdog bounds every row: if it overruns, the process kills
+//! (`EAGAIN`) in the same window; after each one the member tells herdless
+//! (`Waiter::found_nothing`), and the library's own count of them (`MemberStats::empty_wakeups`,
+//! read by each member at the window's end) is reported beside the members' count. A watchdog bounds every row: if it overruns, the process kills
 //! its children and exits.
 
 use std::io;
@@ -319,6 +321,9 @@ pub struct Measured {
     pub kernel_wakeups: u64,
     /// Reads that found nothing.
     pub empty_wakeups: u64,
+    /// The library's count of empty wake-ups over the same window (`MemberStats::empty_wakeups`
+    /// summed over the members); none for no flag, which does not use herdless.
+    pub library_empty_wakeups: Option<u64>,
     /// CPU time (user + system) of all waiters, in seconds, over the same window as the
     /// kernel wake-ups.
     pub cpu_seconds: f64,
@@ -333,6 +338,8 @@ pub struct Measured {
 struct Tally {
     messages: u64,
     empty: u64,
+    /// The member's `MemberStats::empty_wakeups` at the window's end (none for no flag).
+    library_empty: Option<u64>,
     switches: u64,
     /// CPU time (user + system) in nanoseconds.
     cpu_ns: u64,
@@ -407,9 +414,9 @@ fn run_threads(
     finish(written, totals, board, channel.mq_depth)
 }
 
-/// A child's report: index, messages, empty wake-ups, switches, CPU ns; index `u64::MAX` if it
-/// failed.
-const RECORD_BYTES: usize = 40;
+/// A child's report: index, messages, empty wake-ups, switches, CPU ns, the library's empty
+/// wake-ups (`u64::MAX`: none); index `u64::MAX` if it failed.
+const RECORD_BYTES: usize = 48;
 
 fn run_processes(
     spec: &RowSpec,
@@ -491,12 +498,19 @@ fn run_processes(
 /// A child's report on the results pipe (index `u64::MAX` if it failed).
 fn report(results: RawFd, index: usize, record: std::thread::Result<Result<Tally, Refusal>>) {
     let fields = match record {
-        Ok(Ok(t)) => [index as u64, t.messages, t.empty, t.switches, t.cpu_ns],
+        Ok(Ok(t)) => [
+            index as u64,
+            t.messages,
+            t.empty,
+            t.switches,
+            t.cpu_ns,
+            t.library_empty.unwrap_or(u64::MAX),
+        ],
         Ok(Err(e)) => {
             eprintln!("waiter {index}: {e:?}");
-            [u64::MAX, 0, 0, 0, 0]
+            [u64::MAX, 0, 0, 0, 0, 0]
         }
-        Err(_) => [u64::MAX, 0, 0, 0, 0],
+        Err(_) => [u64::MAX, 0, 0, 0, 0, 0],
     };
     let bytes: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
     let _ = write_all(results, &bytes);
@@ -598,6 +612,7 @@ fn parent(
             empty: field(2),
             switches: field(3),
             cpu_ns: field(4),
+            library_empty: Some(field(5)).filter(|&v| v != u64::MAX),
         };
         totals.add(field(0) as usize, &tally);
     }
@@ -647,6 +662,7 @@ struct Totals {
     per_waiter: Vec<u64>,
     kernel_wakeups: u64,
     empty_wakeups: u64,
+    library_empty_wakeups: Option<u64>,
     cpu_ns: u64,
 }
 
@@ -656,6 +672,7 @@ impl Totals {
             per_waiter: vec![0; waiters],
             kernel_wakeups: 0,
             empty_wakeups: 0,
+            library_empty_wakeups: None,
             cpu_ns: 0,
         }
     }
@@ -664,6 +681,9 @@ impl Totals {
         self.per_waiter[index] = tally.messages;
         self.kernel_wakeups += tally.switches;
         self.empty_wakeups += tally.empty;
+        if let Some(n) = tally.library_empty {
+            *self.library_empty_wakeups.get_or_insert(0) += n;
+        }
         self.cpu_ns += tally.cpu_ns;
     }
 }
@@ -688,6 +708,7 @@ fn finish(
         seconds: end_ns.saturating_sub(written.start_ns) as f64 / 1e9,
         kernel_wakeups: totals.kernel_wakeups,
         empty_wakeups: totals.empty_wakeups,
+        library_empty_wakeups: totals.library_empty_wakeups,
         cpu_seconds: totals.cpu_ns as f64 / 1e9,
         per_waiter: totals.per_waiter,
         mq_depth,
@@ -867,6 +888,23 @@ impl Member {
         }
     }
 
+    /// The read after the event of `key` found nothing: tells herdless (which counts it and
+    /// does what `consumed` does).
+    fn found_nothing(&mut self, key: usize) -> io::Result<()> {
+        match self {
+            Member::Plain { .. } => Ok(()),
+            Member::Herdless { waiter, .. } => Ok(waiter.found_nothing(key)?),
+        }
+    }
+
+    /// The library's count of this member's empty wake-ups (none for no flag).
+    fn library_empty(&self) -> Option<u64> {
+        match self {
+            Member::Plain { .. } => None,
+            Member::Herdless { waiter, .. } => Some(waiter.stats().empty_wakeups),
+        }
+    }
+
     fn leave(self, fd: RawFd, stop: RawFd) {
         for raw in [fd, stop] {
             // SAFETY: the channel's descriptors are still open (see `new`).
@@ -896,14 +934,15 @@ fn member_loop(
     board: &AtomicU64,
 ) -> io::Result<Tally> {
     let (start_switches, start_cpu) = (switches(), cpu_ns());
+    let start_library_empty = member.library_empty();
     let mut tally = Tally::default();
-    // Switches and CPU time at the first wake-up after the last data message was read: the
-    // window's end.
+    // Switches, CPU time and the library's empty count at the first wake-up after the last
+    // data message was read: the window's end.
     let mut at_drain = None;
     loop {
         let key = member.wait()?;
         if at_drain.is_none() && board.load(SeqCst) != 0 {
-            at_drain = Some((switches(), cpu_ns()));
+            at_drain = Some((switches(), cpu_ns(), member.library_empty()));
         }
         let Some(key) = key else { continue };
         if key == STOP_KEY {
@@ -922,11 +961,19 @@ fn member_loop(
                 member.consumed(key)?;
                 break;
             }
-            Read::Empty if at_drain.is_none() => tally.empty += 1,
-            Read::Empty => {}
+            Read::Empty => {
+                member.found_nothing(key)?;
+                if at_drain.is_none() {
+                    tally.empty += 1;
+                }
+            }
         }
     }
-    let (end_switches, end_cpu) = at_drain.unwrap_or_else(|| (switches(), cpu_ns()));
+    let (end_switches, end_cpu, end_library_empty) =
+        at_drain.unwrap_or_else(|| (switches(), cpu_ns(), member.library_empty()));
+    tally.library_empty = end_library_empty
+        .zip(start_library_empty)
+        .map(|(end, start)| end - start);
     tally.switches = end_switches - start_switches;
     tally.cpu_ns = end_cpu.saturating_sub(start_cpu);
     Ok(tally)

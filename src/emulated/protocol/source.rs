@@ -1,0 +1,413 @@
+//! A source's shared words, and the only code that reads or writes them.
+//!
+//! Each exclusive descriptor a group shares under the emulation has one [`SourceSlot`] in the
+//! group's shared memory (laid out in the header, `crate::shared`). Its fields are private to
+//! this module: the protocol (`super`) and everyone else go through the methods below, which
+//! name every transition. The words that decide who watches and who holds (`holder`, `leader`,
+//! `watcher`) each carry a *tag* beside the member's slot number, so that a compare-and-swap
+//! made against an earlier occupant of the slot, or an earlier hold, fails (no ABA), as the
+//! member word does (`crate::members`).
+//!
+//! # The words
+//!
+//! | word      | bits 0..32 | bits 32..64 | changed by |
+//! |-----------|------------|-------------|------------|
+//! | `holder`  | slot of the member handling the last event, or `NONE` | claim count: how many claims of the source were ever won (wrapping) | compare-and-swap only |
+//! | `leader`  | slot of the member that watches the source (the token), or `NONE` | that member's generation (0 with `NONE`) | compare-and-swap only |
+//! | `watcher` | slot of the member that checks the leader is alive, or `NONE` | that member's generation | stores, and one compare-and-swap (`volunteer`) |
+//!
+//! The other fields are single values: `id` (the open file, taken once by compare-and-swap and
+//! never given back), `members` (a bitmap of the slots registered on the source, bit n for
+//! member n, set and cleared by their own member or its reaper), `line_head` (a slot), and the
+//! hints `deputy`, `stuck`, `quiet_claim`, `claimed_at`, `hold_ns`, `ready_on_arm`, plain
+//! stores outside the model checker's view: a lost update there costs a check or a wake-up,
+//! never the token.
+//!
+//! # Transitions of the holder word (`claim`, `end`)
+//!
+//! | from | to | by | through |
+//! |------|----|----|---------|
+//! | (NONE, k) | (m, k + 1) | the leader m, or a busy member m looking (`wait(0)`) | `Protocol::claim` |
+//! | (m, k) | (NONE, k) | m, its event consumed | `Protocol::release` |
+//! | (m, k) | (NONE, k) | m, its claim not confirmed (the readiness was gone) | `Protocol::confirm_claim` |
+//! | (m, k) | (NONE, k) | any idle member on the source, the hold overdue (`HOLD_BOUND`) | `Protocol::expire_hold` |
+//! | (m, k) | (NONE, k) | the reaper of m | `Protocol::clear_out` |
+//!
+//! # Transitions of the leader word (`move_token`)
+//!
+//! | from | to | by | through |
+//! |------|----|----|---------|
+//! | NONE, or an idle (l, g) behind m in line | (m, g') | m, idle | `Protocol::take_if_due` |
+//! | (m, g) | the next idle (n, g''), or NONE | m going busy or leaving, or m's reaper | `Protocol::pass` |
+//! | NONE | the next idle (n, g'') | whoever just left it NONE (a member went idle meanwhile) | `Protocol::pass` |
+//! | (l, g), its ready source unclaimed for `TAKE_BOUND` | (m, g') | m, the watcher | `Protocol::take_from_stuck` |
+//!
+//! # Invariants
+//!
+//! 1. The holder's claim count rises by one with every won claim and never otherwise: a hold
+//!    is named by its count, and a compare-and-swap against an ended hold fails even if the
+//!    same member claimed again since (so `expire` never ends a fresh hold).
+//! 2. The leader and watcher words name an occupant (slot and generation): a member that left
+//!    or died, and the next occupant of its slot, are different words.
+//! 3. While the holder word names a member, the leader does not watch the source (its poller
+//!    holds the descriptor only when the word is NONE), so one readiness wakes one member.
+//! 4. A reap clears only what names the dead occupant: its hold, its lead (by compare-and-swap
+//!    against its tagged word), its bit (the slot cannot be joined again while the reap holds
+//!    the slot's liveness byte).
+//!
+//! # Memory orderings
+//!
+//! Every access to `holder`, `leader`, `watcher`, `line_head` and `members` is `SeqCst`. Two
+//! store-then-load pairs need it (only sequential consistency forbids both loads of a pair
+//! seeing the old values): a member releasing stores the holder then loads the leader, while a
+//! new leader stores itself then loads the holder; a member going idle stores its state then
+//! loads the leader, while a leader passing the token loads states then stores the leader. The
+//! rest follow for one ordering that the model checker sees whole. The hints are
+//! `std::sync::atomic` values kept `SeqCst` too (they are cheap on the paths that write them),
+//! but nothing waits on them.
+
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::shared::{MEMBER_WORDS, NONE};
+use crate::sync::AtomicU64;
+
+/// A member as a source's words name it: its slot and the occupant's generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Occupant {
+    /// The member's slot (`NONE`: nobody).
+    pub(crate) slot: u32,
+    /// The occupant's generation (`crate::members::Life::generation`).
+    pub(crate) generation: u32,
+}
+
+impl Occupant {
+    /// Nobody.
+    pub(crate) const NONE: Occupant = Occupant {
+        slot: NONE,
+        generation: 0,
+    };
+    pub(crate) fn new(slot: u32, generation: u32) -> Occupant {
+        Occupant { slot, generation }
+    }
+    pub(crate) fn is_none(self) -> bool {
+        self.slot == NONE
+    }
+    fn word(self) -> u64 {
+        match self.slot {
+            NONE => Occupant::NONE.raw(),
+            _ => self.raw(),
+        }
+    }
+    fn raw(self) -> u64 {
+        u64::from(self.slot) | u64::from(self.generation) << 32
+    }
+    fn of(word: u64) -> Occupant {
+        Occupant {
+            slot: word as u32,
+            generation: (word >> 32) as u32,
+        }
+    }
+}
+
+/// One hold of a source (or the word with nobody holding): the holder's slot and the claim
+/// count the hold was won at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hold {
+    /// The holder's slot (`NONE`: nobody holds the source).
+    pub(crate) slot: u32,
+    /// Claims won so far, this one included.
+    pub(crate) count: u32,
+}
+
+impl Hold {
+    pub(crate) fn is_free(self) -> bool {
+        self.slot == NONE
+    }
+    fn word(self) -> u64 {
+        u64::from(self.slot) | u64::from(self.count) << 32
+    }
+    fn of(word: u64) -> Hold {
+        Hold {
+            slot: word as u32,
+            count: (word >> 32) as u32,
+        }
+    }
+}
+
+/// One exclusive descriptor shared by the group (emulation only): its words live in the
+/// group's shared memory (the header, `crate::shared`), and only this module touches them.
+#[repr(C)]
+pub(crate) struct SourceSlot {
+    /// A non-zero digest of the open file's identity (device, inode); 0 while unused.
+    id: AtomicU64,
+    /// The hold of the last event: (slot, claim count), see the module docs.
+    holder: AtomicU64,
+    /// The token: (slot, generation) of the member that watches this source, or NONE.
+    leader: AtomicU64,
+    /// (slot, generation) of the member that last handed the token on; it checks that the
+    /// leader is alive.
+    watcher: AtomicU64,
+    /// Where the line starts: the next leader is the first idle member from here on.
+    line_head: crate::sync::AtomicU32,
+    /// The idle member after the leader in line, woken early so that it is awake (spinning)
+    /// when the token reaches it; NONE if there is none. A hint: nothing depends on it (and so
+    /// a plain atomic, outside the model checker's view, like the timings below).
+    deputy: std::sync::atomic::AtomicU32,
+    /// When the holder claimed the last event (monotonic nanoseconds).
+    claimed_at: std::sync::atomic::AtomicU64,
+    /// How long holders have kept events lately (a moving average, nanoseconds).
+    hold_ns: std::sync::atomic::AtomicU64,
+    /// A member that was handed the token and left the ready source unclaimed for a while
+    /// (stopped, or starved of CPU): the token was taken from it, and `pass` skips it until it
+    /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
+    stuck: std::sync::atomic::AtomicU32,
+    /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
+    /// pass rings the new leader (see `Protocol::hold_left`). A hint.
+    quiet_claim: std::sync::atomic::AtomicU32,
+    /// How often the source was ready at once when a leader started watching it (a moving
+    /// average, 0 to 1024): a backlog.
+    ready_on_arm: std::sync::atomic::AtomicU32,
+    /// Which members have registered this source (bit n: member n).
+    members: [AtomicU64; MEMBER_WORDS],
+}
+
+impl SourceSlot {
+    /// A slot as a set-up group holds it (under the model checker, where the memory is not a
+    /// zeroed mapping).
+    #[cfg(loom)]
+    pub(crate) fn new() -> SourceSlot {
+        use crate::sync::AtomicU32;
+        SourceSlot {
+            id: AtomicU64::new(0),
+            holder: AtomicU64::new(
+                Hold {
+                    slot: NONE,
+                    count: 0,
+                }
+                .word(),
+            ),
+            leader: AtomicU64::new(Occupant::NONE.word()),
+            watcher: AtomicU64::new(Occupant::NONE.word()),
+            line_head: AtomicU32::new(0),
+            deputy: std::sync::atomic::AtomicU32::new(NONE),
+            claimed_at: std::sync::atomic::AtomicU64::new(0),
+            hold_ns: std::sync::atomic::AtomicU64::new(0),
+            stuck: std::sync::atomic::AtomicU32::new(NONE),
+            quiet_claim: std::sync::atomic::AtomicU32::new(0),
+            ready_on_arm: std::sync::atomic::AtomicU32::new(0),
+            members: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Writes "nobody" where zeroed memory would say "member 0" (a new group's set-up).
+    pub(crate) fn set_up(&self) {
+        self.holder.store(
+            Hold {
+                slot: NONE,
+                count: 0,
+            }
+            .word(),
+            SeqCst,
+        );
+        self.leader.store(Occupant::NONE.word(), SeqCst);
+        self.watcher.store(Occupant::NONE.word(), SeqCst);
+        self.deputy.store(NONE, SeqCst);
+        self.stuck.store(NONE, SeqCst);
+    }
+
+    // ---- the file --------------------------------------------------------------------------
+
+    /// Is the slot taken by a file?
+    pub(crate) fn is_used(&self) -> bool {
+        self.id.load(SeqCst) != 0
+    }
+    /// Is the slot taken by file `id`?
+    pub(crate) fn is_for(&self, id: u64) -> bool {
+        self.id.load(SeqCst) == id
+    }
+    /// Takes the slot for file `id` (non-zero), or finds it taken for that file already.
+    /// False if another file has it.
+    pub(crate) fn take_for(&self, id: u64) -> bool {
+        match self.id.compare_exchange(0, id, SeqCst, SeqCst) {
+            Ok(_) => true,
+            Err(existing) => existing == id,
+        }
+    }
+
+    // ---- who registered it -----------------------------------------------------------------
+
+    /// Has member `m` registered this source?
+    pub(crate) fn has_member(&self, m: u32) -> bool {
+        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
+    }
+    /// Records that member `m` registered this source (`on`) or no longer does.
+    pub(crate) fn set_member(&self, m: u32, on: bool) {
+        let bit = 1u64 << (m % 64);
+        if on {
+            self.members[m as usize / 64].fetch_or(bit, SeqCst);
+        } else {
+            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
+        }
+    }
+
+    // ---- the hold --------------------------------------------------------------------------
+
+    /// The hold as it is now (`Hold::is_free` if nobody holds the source).
+    pub(crate) fn hold(&self) -> Hold {
+        Hold::of(self.holder.load(SeqCst))
+    }
+    /// `m` claims the source: the new hold, and the claim count before it; `None` if someone
+    /// holds it.
+    pub(crate) fn claim(&self, m: u32) -> Option<Hold> {
+        let mut seen = self.holder.load(SeqCst);
+        loop {
+            let free = Hold::of(seen);
+            if !free.is_free() {
+                return None;
+            }
+            let mine = Hold {
+                slot: m,
+                count: free.count.wrapping_add(1),
+            };
+            match self
+                .holder
+                .compare_exchange(seen, mine.word(), SeqCst, SeqCst)
+            {
+                Ok(_) => return Some(mine),
+                Err(now) => seen = now,
+            }
+        }
+    }
+    /// Ends exactly `hold` (whoever ends it: its holder, a reaper, or a member that found it
+    /// overdue): false if it has ended already, even if its holder holds the source again.
+    pub(crate) fn end(&self, hold: Hold) -> bool {
+        let free = Hold {
+            slot: NONE,
+            count: hold.count,
+        };
+        !hold.is_free()
+            && self
+                .holder
+                .compare_exchange(hold.word(), free.word(), SeqCst, SeqCst)
+                .is_ok()
+    }
+
+    // ---- the token -------------------------------------------------------------------------
+
+    /// Who leads the source now.
+    pub(crate) fn leader(&self) -> Occupant {
+        Occupant::of(self.leader.load(SeqCst))
+    }
+    /// Moves the token from exactly `from` to `to`: false if it was not with `from` (another
+    /// occupant of `from`'s slot included).
+    pub(crate) fn move_token(&self, from: Occupant, to: Occupant) -> bool {
+        self.leader
+            .compare_exchange(from.word(), to.word(), SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    /// Who checks that the leader is alive.
+    pub(crate) fn watcher(&self) -> Occupant {
+        Occupant::of(self.watcher.load(SeqCst))
+    }
+    /// `w` checks on the leader from now on.
+    pub(crate) fn set_watcher(&self, w: Occupant) {
+        self.watcher.store(w.word(), SeqCst);
+    }
+    /// `w` takes on checking the leader, if the watcher is still `seen`.
+    pub(crate) fn replace_watcher(&self, seen: Occupant, w: Occupant) {
+        let _ = self
+            .watcher
+            .compare_exchange(seen.word(), w.word(), SeqCst, SeqCst);
+    }
+
+    // ---- the line --------------------------------------------------------------------------
+
+    /// Where the line starts (a slot, taken modulo the members' range by the reader).
+    pub(crate) fn line_head(&self) -> u32 {
+        self.line_head.load(SeqCst)
+    }
+    pub(crate) fn set_line_head(&self, slot: u32) {
+        self.line_head.store(slot, SeqCst);
+    }
+
+    // ---- hints -----------------------------------------------------------------------------
+
+    pub(crate) fn deputy(&self) -> u32 {
+        self.deputy.load(SeqCst)
+    }
+    pub(crate) fn set_deputy(&self, slot: u32) {
+        self.deputy.store(slot, SeqCst);
+    }
+    pub(crate) fn stuck(&self) -> u32 {
+        self.stuck.load(SeqCst)
+    }
+    pub(crate) fn set_stuck(&self, slot: u32) {
+        self.stuck.store(slot, SeqCst);
+    }
+    /// `m` acts again: it is no longer skipped as stuck.
+    pub(crate) fn clear_stuck(&self, m: u32) {
+        if self.stuck.load(SeqCst) == m {
+            let _ = self.stuck.compare_exchange(m, NONE, SeqCst, SeqCst);
+        }
+    }
+    /// Marks (`true`) the first claim after a quiet spell; `take_quiet_claim` reads and clears.
+    pub(crate) fn mark_quiet_claim(&self) {
+        self.quiet_claim.store(1, SeqCst);
+    }
+    pub(crate) fn take_quiet_claim(&self) -> bool {
+        self.quiet_claim.swap(0, SeqCst) != 0
+    }
+    /// When the last claim was made (monotonic ns).
+    pub(crate) fn claimed_at(&self) -> u64 {
+        self.claimed_at.load(SeqCst)
+    }
+    /// Stores the time of a claim about to be made; returns the previous one.
+    pub(crate) fn note_claim_time(&self, now: u64) -> u64 {
+        self.claimed_at.swap(now, SeqCst)
+    }
+    /// The holds' moving average (ns).
+    pub(crate) fn hold_ns(&self) -> u64 {
+        self.hold_ns.load(SeqCst)
+    }
+    /// Adds one hold of `held` ns to the moving average (1/8 weight).
+    pub(crate) fn note_hold(&self, held: u64) {
+        let average = self.hold_ns.load(SeqCst);
+        self.hold_ns.store(average - average / 8 + held / 8, SeqCst);
+    }
+    /// The ready-at-arm moving average (0 to 1024).
+    pub(crate) fn ready_on_arm(&self) -> u32 {
+        self.ready_on_arm.load(SeqCst)
+    }
+    /// Adds one look at arming to the moving average (1/8 weight).
+    pub(crate) fn note_ready_on_arm(&self, ready: bool) {
+        let average = self.ready_on_arm.load(SeqCst);
+        let average = match ready {
+            true => average + (1024 - average) / 8,
+            false => average - average / 8,
+        };
+        self.ready_on_arm.store(average, SeqCst);
+    }
+}
+
+/// Test scenes: words set by hand (the models use some, the unit tests others).
+#[cfg(test)]
+#[allow(dead_code)]
+impl SourceSlot {
+    /// The token is with `m`, whoever had it.
+    pub(crate) fn force_leader(&self, m: Occupant) {
+        self.leader.store(m.word(), SeqCst);
+    }
+    /// `m` holds the source, whoever did (a claim of its own, counted).
+    pub(crate) fn force_hold(&self, m: u32) -> Hold {
+        let count = self.hold().count.wrapping_add(1);
+        let hold = Hold { slot: m, count };
+        self.holder.store(hold.word(), SeqCst);
+        hold
+    }
+    /// The hints say: a backlog, and quick holders.
+    pub(crate) fn force_backlog(&self) {
+        self.ready_on_arm.store(1024, SeqCst);
+        self.hold_ns.store(0, SeqCst);
+    }
+}

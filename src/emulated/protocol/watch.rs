@@ -1,0 +1,143 @@
+//! Who checks on whom: the liveness half of the token protocol.
+//!
+//! A member that depends on a member of another process checks that it is alive: the leader
+//! waiting for the holder, and the *watcher* (the member that last passed the token) for the
+//! leader; an idle member takes the watcher's job on when nobody able to does it (`volunteer`).
+//! A dead one is cleared out by a reap, which the member table runs (`Members::reap`) with this
+//! backend's hook (`clear_out`). A leader that leaves its ready source unclaimed for
+//! `TAKE_BOUND` (stopped, or starved of CPU) loses the token to its watcher
+//! (`take_from_stuck`).
+
+use super::{Occupant, Protocol};
+use crate::members::Life;
+use crate::shared::NONE;
+
+impl Protocol<'_> {
+    /// If `me` checks on the leader of `s` (it is the watcher, another member leads, and
+    /// nobody holds the source): that leader and the time of the last claim, which tell
+    /// whether the leader acted since `me` last looked (see `take_from_stuck`).
+    pub(crate) fn leader_to_check(&self, s: usize, me: Occupant) -> Option<(Occupant, u64)> {
+        let src = self.source(s);
+        let leader = src.leader();
+        let claimed = src.claimed_at();
+        let checking =
+            !leader.is_none() && leader != me && src.watcher() == me && src.hold().is_free();
+        checking.then_some((leader, claimed))
+    }
+
+    /// `me` checks on `stuck`, which leads `s` but left it ready and unclaimed for
+    /// `TAKE_BOUND`: `me` takes the token (it is idle, in `wait`), and `pass` skips `stuck`
+    /// until it acts again. The stuck member, when it runs again, finds it no longer leads and
+    /// stops watching (one empty wake-up at most). Returns whether `me` took it.
+    pub(crate) fn take_from_stuck(&self, s: usize, me: Occupant, stuck: Occupant) -> bool {
+        let src = self.source(s);
+        if stuck.slot == me.slot || stuck.is_none() || !src.hold().is_free() {
+            return false;
+        }
+        if !src.move_token(stuck, me) {
+            return false;
+        }
+        src.set_stuck(stuck.slot);
+        self.wake(stuck.slot);
+        self.appoint_watcher(s, me);
+        true
+    }
+
+    /// Whom `me` depends on for source `s` and must check on: the leader if `me` passed it the
+    /// token last, the holder if `me` leads and waits for it. Only members of other processes.
+    fn dependency(&self, s: usize, me: Occupant) -> Option<u32> {
+        let src = self.source(s);
+        let other = |m: u32| m != NONE && m != me.slot && self.pid(m) != crate::pid::current();
+        let leader = src.leader();
+        let holder = src.hold().slot;
+        if leader == me && other(holder) {
+            Some(holder)
+        } else if src.watcher() == me && other(leader.slot) {
+            Some(leader.slot)
+        } else {
+            None
+        }
+    }
+
+    /// `me`, idle and not leading `s`, takes on checking the leader when nobody able to does:
+    /// no watcher, or one that is busy, gone, or in the leader's own process. So a leader in
+    /// another process is always watched while some member of the group is idle.
+    pub(crate) fn volunteer(&self, s: usize, me: Occupant) {
+        let src = self.source(s);
+        let leader = src.leader();
+        if leader.is_none() || leader == me || self.pid(leader.slot) == self.pid(me.slot) {
+            return;
+        }
+        let watcher = src.watcher();
+        let able = |w: Occupant| {
+            !w.is_none() && self.is_idle(w) && self.pid(w.slot) != self.pid(leader.slot)
+        };
+        if watcher != me && !able(watcher) {
+            src.replace_watcher(watcher, me);
+        }
+    }
+
+    /// The process `me` depends on for `s` (see `dependency`), whose death it waits on (or
+    /// checks on periodically).
+    pub(crate) fn dependency_pid(&self, s: usize, me: Occupant) -> Option<u32> {
+        self.dependency(s, me).map(|m| self.pid(m))
+    }
+
+    /// Checks the members `me` depends on for `s` and clears out those that died: the holder
+    /// if `me` leads, the leader and the holder if `me` is the watcher.
+    pub(crate) fn check(&self, s: usize, me: Occupant) {
+        let src = self.source(s);
+        let (leader, holder) = (src.leader().slot, src.hold().slot);
+        let suspects = if src.watcher() == me {
+            [leader, holder]
+        } else if src.leader() == me {
+            [holder, NONE]
+        } else {
+            [NONE, NONE]
+        };
+        let members = self.members();
+        let my_pid = std::process::id();
+        for m in suspects {
+            if m == NONE || m == me.slot {
+                continue;
+            }
+            if let Some(seen) = members.dead(m, my_pid) {
+                self.reap(m, seen);
+            }
+        }
+    }
+
+    /// The emulation's part of a reap (`Members::reap` calls it while it holds the dead
+    /// member's slot, REAPING, and its liveness byte, so that nobody joins the slot meanwhile):
+    /// frees what the dead occupant held and passes its tokens on. Only what names that
+    /// occupant is touched (its hold, whatever its count; its lead, by compare-and-swap
+    /// against its tagged word), so the clearing is idempotent: a reap taken over from a dead
+    /// reaper repeats whatever that one had done.
+    pub(crate) fn clear_out(&self, dead: Occupant) {
+        for s in 0..crate::shared::MAX_SOURCES {
+            let src = self.source(s);
+            if !src.is_used() {
+                continue;
+            }
+            // Its bit, and also a hold or a lead it kept on a source it was half-way through
+            // leaving (bit cleared, token not yet passed).
+            src.set_member(dead.slot, false);
+            let hold = src.hold();
+            if hold.slot == dead.slot {
+                self.release(s, hold);
+            }
+            if self.leads(s, dead) {
+                self.pass(s, dead, false);
+            }
+        }
+    }
+
+    /// Clears out member `m`, found dead in word `seen` (see `Members::reap`): whether this
+    /// process reaped it.
+    pub(crate) fn reap(&self, m: u32, seen: Life) -> bool {
+        self.members()
+            .reap(m, seen, std::process::id(), |slot, generation| {
+                self.clear_out(Occupant::new(slot, generation))
+            })
+    }
+}

@@ -1,0 +1,576 @@
+//! The emulated waiter's wait. An idle member's wait goes pass after pass through three steps
+//! (`wait_idle`): what to watch and until when (`plan`: overdue holds ended, due turns taken,
+//! the poller matched, the timers), the sleep (`sleep`: a spin for a release, the queue an
+//! earlier kernel wait left, or the kernel wait), and what woke it (`dispatch`); the deadline
+//! is checked once per pass. Also the busy member's look without waiting (`poll_once`), the
+//! end of a turn once an event is consumed, and the liveness checks that run from the wait.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+#[cfg(unix)]
+use super::hand_out::poll_event;
+use super::hand_out::{ready_now, still_ready};
+use super::protocol::{Now, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+use super::{EmulatedWaiter, Protocol, SPIN_FOR_RELEASE};
+use crate::contract::Rotation;
+use crate::error::{Error, Result};
+use crate::interest::Events;
+#[cfg(unix)]
+use crate::registry;
+
+/// What one pass of `wait_idle` watches, and until when (see `EmulatedWaiter::plan`).
+struct Pass {
+    /// Just started watching a source: look without sleeping first.
+    probe: bool,
+    /// The period of the liveness check, if one is needed.
+    check_every: Option<Duration>,
+    /// A leader is suspected stuck: look again `TAKE_BOUND` later.
+    suspect: bool,
+    /// The wait's deadline.
+    deadline: Option<Instant>,
+    /// The deadline comes before every other timer (an empty wake-up is then its own).
+    deadline_first: bool,
+    /// How long the kernel wait may sleep.
+    timeout: Option<Duration>,
+}
+
+/// How a pass's sleep ended.
+enum Slept {
+    /// The wait is over: its result.
+    Done(usize),
+    /// Nothing to dispatch: the next pass.
+    Again,
+    /// The kernel wait returned: dispatch what it found.
+    Woke,
+}
+
+impl EmulatedWaiter {
+    pub(crate) fn consumed(&mut self, group: &Protocol<'_>, key: usize) -> Result<()> {
+        let tk = group;
+        let mut i = 0;
+        while i < self.holding.len() {
+            let (s, k, hold) = self.holding[i];
+            if k == key {
+                self.holding.swap_remove(i);
+                tk.release(s, hold);
+                self.end_turn(tk, s);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `Rotation::Adaptive`: this member consumed an event of source `s`; if its turn ends
+    /// (`Protocol::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
+    /// goes to the back of the line.
+    pub(super) fn end_turn(&mut self, tk: &Protocol<'_>, s: usize) {
+        if tk.rotation != Rotation::Adaptive {
+            return;
+        }
+        let Some((&fd, reg)) = self
+            .registrations
+            .iter_mut()
+            .find(|(_, r)| r.source == Some(s))
+        else {
+            return;
+        };
+        if !tk.anyone_else_idle(s, self.me) {
+            reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
+            return;
+        }
+        let ready = still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
+        if tk.adaptive_turn_ends(reg.handed, ready) {
+            reg.handed = 0;
+            tk.to_back(s, self.me);
+        }
+    }
+
+    pub(crate) fn wait(
+        &mut self,
+        group: &Protocol<'_>,
+        events: &mut Events,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        let tk = group;
+        let me = self.me;
+        // A timeout too long to add to now is no deadline at all (as in `polling`).
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // Coming back to wait: what was handed out last time has been consumed.
+        while let Some((s, _, hold)) = self.holding.pop() {
+            tk.release(s, hold);
+            self.end_turn(tk, s);
+        }
+        if cfg!(unix) && timeout == Some(Duration::ZERO) {
+            // A look, not a wait: the member stays busy (nobody passes it a token, it passes
+            // none) and takes only what nobody leads (see `poll_once`).
+            let result = self.poll_once(tk, events);
+            for &s in &self.sources {
+                if tk.leads(s, me) {
+                    tk.pass(s, me, false);
+                }
+            }
+            self.to_back.clear();
+            return result;
+        }
+        // Through the member table, against this occupancy: a slot being reaped stays reaped.
+        if !group.members().go_idle(&self.membership) {
+            return Err(crate::members::lost_slot());
+        }
+        let result = self.wait_idle(tk, events, deadline);
+        // Going busy: pass on every token this member has, so the group keeps listening, and go
+        // to the back of the lines where it is due.
+        if !group.members().go_busy(&self.membership) {
+            return Err(crate::members::lost_slot());
+        }
+        for &s in &self.sources {
+            let to_back = self.to_back.contains(&s);
+            if to_back || tk.leads(s, me) {
+                tk.pass(s, me, to_back);
+            }
+        }
+        self.to_back.clear();
+        result
+    }
+
+    /// `wait(Some(Duration::ZERO))`, busy polling: looks once and returns, taking no token and
+    /// disturbing no holder. The member stays busy in the member table, so no token is passed
+    /// to it and no bell rung for it. Its own descriptors: one kernel look (if it has any).
+    /// Exclusive sources: one it may take is one nobody leads (every member busy, or polling)
+    /// and nobody holds; a zero-timeout `poll(2)` says whether it is ready, and the claim is
+    /// made and confirmed as the leader's would be (`Protocol::claim`, `confirm_claim`), so it
+    /// is handed to exactly one member. A source an idle member leads is left to it: that
+    /// member's kernel wait takes the event, in its turn. So 100 members polling cost one
+    /// `poll(2)` per look and source, never a hand-off (`docs/lab.md`, busy polling).
+    #[cfg(unix)]
+    pub(super) fn poll_once(&mut self, tk: &Protocol<'_>, events: &mut Events) -> Result<usize> {
+        let me = self.me;
+        let slot = tk.shared.member(me.slot);
+        if slot.notified.swap(0, SeqCst) != 0 {
+            tk.drain_bell(me.slot);
+            return Ok(0);
+        }
+        self.rebuild_if_due(tk)?;
+        let limit = self.registrations.events_per_wait(events.room());
+        let own = self.registrations.len() > self.exclusive_fds.len()
+            || self
+                .exclusive_fds
+                .iter()
+                .any(|fd| self.registrations[fd].in_poller);
+        if own && self.pending.is_empty() {
+            self.reserve_raw_events();
+            self.raw_events.clear();
+            if let Err(e) = self.raw_events.wait(&self.poller, Some(Duration::ZERO)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(Error::io("looking in the member's poller", e));
+                }
+                events.set_interrupted();
+                return Ok(0);
+            }
+            self.polls += 1;
+            let (died, _) = self
+                .deaths
+                .fired(&self.poller, self.raw_events.iter().map(|ev| ev.key));
+            if died {
+                for &s in &self.sources {
+                    tk.check(s, me);
+                }
+            }
+            if self.collect_candidates(tk) {
+                tk.drain_bell(me.slot);
+            }
+        }
+        self.serve_pending(tk, events, limit);
+        let mut stale = std::mem::take(&mut self.stale);
+        for i in 0..self.exclusive_fds.len() {
+            if events.len() >= limit {
+                break;
+            }
+            let fd = self.exclusive_fds[i];
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
+            let Some(s) = reg.source else { continue };
+            let Some(seen) = tk.free_for_a_look(s, me).filter(|_| !reg.queued) else {
+                continue; // led by an idle member, or held: not this look's to take
+            };
+            let Some(event) = poll_event(fd, reg.interest, reg.key) else {
+                continue;
+            };
+            if !registry::still_names(fd, reg.file) {
+                stale.push(fd);
+                continue;
+            }
+            let Some(hold) = tk.claim(s, me) else {
+                continue;
+            };
+            let interest = reg.interest;
+            if !tk.confirm_claim(s, hold, seen, || ready_now(fd, interest)) {
+                continue;
+            }
+            reg.handed += 1;
+            self.holding.push((s, reg.key, hold));
+            events.push(event);
+        }
+        for &fd in &stale {
+            let _ = self.forget(tk, fd);
+        }
+        stale.clear();
+        self.stale = stale;
+        Ok(events.len())
+    }
+
+    #[cfg(not(unix))]
+    pub(super) fn poll_once(&mut self, _tk: &Protocol<'_>, _events: &mut Events) -> Result<usize> {
+        unreachable!("busy polling takes the waiting path outside Unix")
+    }
+
+    /// The wait of an idle member, pass after pass until something is handed out, a
+    /// notification or a signal comes, or the deadline passes: each pass decides what to watch
+    /// and until when (`plan`), sleeps (`sleep`: a spin, the queue left by an earlier kernel
+    /// wait, or the kernel wait), and looks at what woke it (`dispatch`). The deadline is
+    /// checked in one place, at the top of every pass after the first.
+    fn wait_idle(
+        &mut self,
+        tk: &Protocol<'_>,
+        events: &mut Events,
+        deadline: Option<Instant>,
+    ) -> Result<usize> {
+        let limit = self.registrations.events_per_wait(events.room());
+        let mut first = true;
+        loop {
+            if !std::mem::take(&mut first) && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
+            }
+            let pass = self.plan(tk, deadline)?;
+            match self.sleep(tk, events, &pass, limit)? {
+                Slept::Done(n) => return Ok(n),
+                Slept::Again => continue,
+                Slept::Woke => {}
+            }
+            if let Some(n) = self.dispatch(tk, events, &pass, limit) {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// A pass's first step, what to watch and until when: ends the holds that are overdue,
+    /// takes the turns that are due (or volunteers to check on a leader), makes the poller
+    /// match, and works out the timers (the deadline, the liveness check, a hold's expiry, a
+    /// suspected stuck leader).
+    fn plan(&mut self, tk: &Protocol<'_>, deadline: Option<Instant>) -> Result<Pass> {
+        let me = self.me;
+        // One clock reading for this pass's looks at the holds, if any needs it.
+        let now = Now::new();
+        for &s in &self.sources {
+            // A holder that kept its event too long is not waited for (`HOLD_BOUND`).
+            tk.expire_if_overdue(s, me, &now);
+            if !tk.take_if_due(s, me) {
+                tk.volunteer(s, me);
+            }
+        }
+        // Just started watching a source: look once without sleeping, to learn whether it
+        // has a backlog (see `Protocol::spinning_pays`).
+        let probe = self.match_poller(tk)?;
+        let check_every = self.watch_dependencies(tk);
+        // A leader waiting for a holder looks again when the hold expires; a member that
+        // suspects a stuck leader looks again `TAKE_BOUND` later.
+        let hold = self
+            .sources
+            .iter()
+            .filter_map(|&s| tk.hold_left(s, me, &now))
+            .min();
+        let suspect = self
+            .exclusive_fds
+            .iter()
+            .any(|fd| self.registrations[fd].suspect.is_some());
+        let check_left = self
+            .next_check
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        let timers = [check_left, hold, suspect.then_some(TAKE_BOUND)]
+            .into_iter()
+            .flatten()
+            .min();
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let deadline_first = left.is_some_and(|l| timers.map_or(true, |t| l <= t));
+        Ok(Pass {
+            probe,
+            check_every,
+            suspect,
+            deadline,
+            deadline_first: deadline_first && !probe,
+            timeout: match probe {
+                true => Some(Duration::ZERO),
+                false => [left, timers].into_iter().flatten().min(),
+            },
+        })
+    }
+
+    /// The processes this member depends on: their deaths wake it (a pidfd in its poller, on
+    /// Linux), and the periodic check stays as the fallback. Runs a check asked for now, and
+    /// returns the period of the check (`None`: no check needed), kept as a deadline across
+    /// passes and waits, so that a signal or an early return does not put it off (a timeout
+    /// restarted on every pass would).
+    fn watch_dependencies(&mut self, tk: &Protocol<'_>) -> Option<Duration> {
+        self.depends_on.clear();
+        for &s in &self.sources {
+            if let Some(pid) = tk.dependency_pid(s, self.me) {
+                if !self.depends_on.contains(&pid) {
+                    self.depends_on.push(pid);
+                }
+            }
+        }
+        let must_check = !self.depends_on.is_empty();
+        let by_event = must_check && self.deaths.watch(&self.poller, &self.depends_on);
+        if self.deaths.take_check_now() {
+            for &s in &self.sources {
+                tk.check(s, self.me);
+            }
+        }
+        let sweep = !self.sources.is_empty() && tk.shared.spans_processes();
+        let check_every = match (must_check, sweep) {
+            (true, _) if !by_event => Some(LIVENESS_CHECK),
+            (true, _) | (false, true) => Some(LIVENESS_SWEEP),
+            (false, false) => None,
+        };
+        self.next_check = check_every.map(|every| {
+            let at = Instant::now() + every;
+            self.next_check.map_or(at, |next| next.min(at))
+        });
+        check_every
+    }
+
+    /// A pass's second step, the sleep: a spin for a release (under a backlog), or the ready
+    /// descriptors an earlier kernel wait left (served without a kernel wait, so a wait costs
+    /// in proportion to what it returns), or the kernel wait itself, until the pass's timeout.
+    fn sleep(
+        &mut self,
+        tk: &Protocol<'_>,
+        events: &mut Events,
+        pass: &Pass,
+        limit: usize,
+    ) -> Result<Slept> {
+        let slot = tk.shared.member(self.me.slot);
+        if self.spin_for_release(tk, pass.deadline) {
+            if slot.notified.swap(0, SeqCst) != 0 {
+                slot.wakeups.add(1);
+                return Ok(Slept::Done(0));
+            }
+            return Ok(Slept::Again);
+        }
+        if !self.pending.is_empty() && !pass.probe {
+            if slot.notified.swap(0, SeqCst) != 0 {
+                tk.drain_bell(self.me.slot);
+                return Ok(Slept::Done(0));
+            }
+            self.serve_pending(tk, events, limit);
+            return Ok(match events.is_empty() {
+                true => Slept::Again,
+                false => Slept::Done(events.len()),
+            });
+        }
+        self.reserve_raw_events();
+        self.raw_events.clear();
+        // A mark left by a ringer that died before it wrote must not silence the bell for
+        // long (see `Protocol::wake`); clearing it is always safe (a ring then writes). (A
+        // look first: the mark is usually clear, and a clear is a locked swap.)
+        if slot.rung.load(SeqCst) != 0 {
+            slot.rung.swap(0, SeqCst);
+        }
+        if let Err(e) = self.raw_events.wait(&self.poller, pass.timeout) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("waiting in the member's poller", e));
+            }
+            // A signal handler ran: the wait ends with no events, so that the caller sees
+            // its flag at once (`Waiter::wait`); the timers that are due run first.
+            if self.check_due(tk) || pass.suspect {
+                self.look_for_stuck(tk);
+            }
+            events.set_interrupted();
+            return Ok(Slept::Done(0));
+        }
+        self.polls += 1;
+        Ok(Slept::Woke)
+    }
+
+    /// A pass's last step, dispatch: what woke the member (a death, a probe's answer, a timer,
+    /// its bell, ready descriptors). The wait's result, or `None` to go round again.
+    fn dispatch(
+        &mut self,
+        tk: &Protocol<'_>,
+        events: &mut Events,
+        pass: &Pass,
+        limit: usize,
+    ) -> Option<usize> {
+        let slot = tk.shared.member(self.me.slot);
+        // The periodic check, when due, whatever woke the member.
+        let checked_now = self.check_due(tk);
+        let (died, only_deaths) = self
+            .deaths
+            .fired(&self.poller, self.raw_events.iter().map(|ev| ev.key));
+        if died {
+            // A process this member depends on ended: clear it out now.
+            for &s in &self.sources {
+                tk.check(s, self.me);
+            }
+            if only_deaths {
+                return None;
+            }
+        }
+        if pass.probe {
+            self.note_backlog(tk);
+            // (A notification counts: on Windows the bell is the poller's notify, which
+            // this look consumed without leaving an event.)
+            if self.raw_events.is_empty() && slot.notified.load(SeqCst) == 0 {
+                return None; // nothing yet: now sleep until there is
+            }
+        }
+        if self.raw_events.is_empty() {
+            return self.woken_empty(tk, pass, checked_now);
+        }
+        slot.wakeups.add(1);
+        // On Windows a bell leaves no event to see: look at the flag every time.
+        let rung = self.collect_candidates(tk) || cfg!(windows);
+        if rung {
+            tk.drain_bell(self.me.slot);
+        }
+        let found_readiness = !self.pending.is_empty();
+        self.serve_pending(tk, events, limit);
+        let notified = rung && slot.notified.swap(0, SeqCst) != 0;
+        if !events.is_empty() || notified {
+            return Some(events.len());
+        }
+        if found_readiness {
+            slot.empty_wakeups.add(1);
+        } else {
+            slot.token_wakeups.add(1);
+        }
+        None
+    }
+
+    /// Woken with nothing to see: a timer (the liveness check, a hold's expiry, a suspected
+    /// stuck leader, the deadline), or a door bell where bells are the poller's notify. Runs
+    /// the checks that are due; a notification ends the wait.
+    fn woken_empty(&mut self, tk: &Protocol<'_>, pass: &Pass, checked_now: bool) -> Option<usize> {
+        let slot = tk.shared.member(self.me.slot);
+        let checked = checked_now || pass.check_every.is_some();
+        if checked && !checked_now {
+            self.next_check = None;
+            for &s in &self.sources {
+                tk.check(s, self.me);
+            }
+        }
+        if checked || pass.suspect {
+            self.look_for_stuck(tk);
+        }
+        if slot.notified.swap(0, SeqCst) != 0 {
+            slot.wakeups.add(1);
+            return Some(0);
+        }
+        if !pass.deadline_first && pass.check_every.is_none() {
+            // Woken with nothing: a door bell where bells are the poller's notify, or the look
+            // at the holds of active sources (`Protocol::hold_left`).
+            slot.wakeups.add(1);
+            slot.token_wakeups.add(1);
+        }
+        None // (the deadline, if it passed, ends the wait at the top of the next pass)
+    }
+
+    /// Makes room in the kernel wait's buffer for every registered descriptor at once (and the
+    /// door bell), so that one kernel wait finds all that are ready, whatever their number.
+    pub(super) fn reserve_raw_events(&mut self) {
+        self.raw_events.reserve(self.registrations.len() + 2);
+    }
+
+    /// A leader whose source is still held, or the deputy next in line, spins (yielding the
+    /// CPU) for its turn, up to `SPIN_FOR_RELEASE` (and never past the wait's deadline),
+    /// instead of sleeping, under a backlog with quick holders: the holder then consumes
+    /// within microseconds, while a member asleep costs a kernel wake-up on the critical path
+    /// (on a virtual machine, tens of microseconds when its CPU has gone idle). Door bells for
+    /// a spinning member are left unrung (see `Protocol::wake`).
+    ///
+    /// Each source is looked at on its own: the spin is for the sources this member waits on
+    /// when it starts, and it ends when one of those is no longer waited on (its turn came, or
+    /// its role changed). A role on another source (leading a free one, say) never counts, so
+    /// a member that leads one source and is the deputy of another cannot feed its own loop.
+    /// Returns whether one of them changed, or a notification came (loop again), rather than
+    /// timed out.
+    pub(super) fn spin_for_release(&self, tk: &Protocol<'_>, deadline: Option<Instant>) -> bool {
+        if cfg!(loom) {
+            return false; // the model checker sees the protocol without spinning
+        }
+        let me = self.me;
+        let slot = tk.shared.member(me.slot);
+        // Bit i: the member waits for its turn on `self.sources[i]`.
+        let waiting = |tk: &Protocol<'_>| {
+            self.sources
+                .iter()
+                .take(64)
+                .enumerate()
+                .filter(|&(_, &s)| tk.about_to_watch(s, me) && tk.spinning_pays(s))
+                .fold(0u64, |mask, (i, _)| mask | 1 << i)
+        };
+        let at_start = waiting(tk);
+        if at_start == 0 {
+            return false;
+        }
+        let changed = |tk: &Protocol<'_>| {
+            slot.notified.load(SeqCst) != 0 || waiting(tk) & at_start != at_start
+        };
+        slot.spinning.store(1, SeqCst);
+        let mut until = Instant::now() + SPIN_FOR_RELEASE;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        let mut spun = false;
+        while !spun && Instant::now() < until {
+            std::thread::yield_now();
+            spun = changed(tk);
+        }
+        slot.spinning.store(0, SeqCst);
+        // A bell left unrung while we spun: its cause is in the shared state, read it again.
+        spun || changed(tk)
+    }
+
+    /// Runs the periodic liveness check of this member's sources if it is due (`next_check`);
+    /// returns whether it ran.
+    pub(super) fn check_due(&mut self, tk: &Protocol<'_>) -> bool {
+        if !self.next_check.is_some_and(|at| Instant::now() >= at) {
+            return false;
+        }
+        self.next_check = None;
+        for &s in &self.sources {
+            tk.check(s, self.me);
+        }
+        true
+    }
+
+    /// For the exclusive sources whose leader this member checks on: a source ready while
+    /// nobody holds it and its leader claims nothing for `TAKE_BOUND` has a stuck leader
+    /// (stopped, or handed the token while stopped): this member takes the token from it.
+    pub(super) fn look_for_stuck(&mut self, tk: &Protocol<'_>) {
+        let me = self.me;
+        for &fd in &self.exclusive_fds {
+            let Some(reg) = self.registrations.get_mut(&fd) else {
+                continue;
+            };
+            let Some(s) = reg.source else { continue };
+            let checking = tk.leader_to_check(s, me);
+            let Some((leader, claimed)) = checking.filter(|_| ready_now(fd, reg.interest)) else {
+                reg.suspect = None;
+                continue;
+            };
+            match reg.suspect {
+                Some((l, c, since))
+                    if l == leader && c == claimed && since.elapsed() >= TAKE_BOUND =>
+                {
+                    reg.suspect = None;
+                    tk.take_from_stuck(s, me, leader);
+                }
+                Some((l, c, _)) if l == leader && c == claimed => {}
+                _ => reg.suspect = Some((leader, claimed, Instant::now())),
+            }
+        }
+    }
+}

@@ -80,8 +80,9 @@ fn serve(waiter: &mut herdless::Waiter, rx: RawFd, member: usize, reads: &Reads,
 
 /// Requests `0..requests` in one `write`, once every member sleeps in `wait`: each is read by
 /// another member, the last within `TARGET` per hand-on (plus the measured noise, and at least
-/// a tenth of the work) of the write: not after the first reader's work. `processes`: the members are forked (rung by address), else
-/// threads of this process (rung through their eventfds).
+/// a tenth of the work) of the write: not after the first reader's work. `processes`: the
+/// members are forked (rung by address), else threads of this process (rung through their
+/// eventfds).
 fn requests_in_one_write(backend: Backend, rotation: Rotation, requests: usize, processes: bool) {
     let _one = one_fork_at_a_time();
     let group = Group::builder()
@@ -223,7 +224,8 @@ fn three_requests_processes(backend: Backend) {
 /// Two requests in one write to 4 forked members; the member that reads the first one hangs
 /// before `consumed` and is killed (SIGKILL: no leave, as a crash or an `_exit`). The second
 /// request is read by another member within the group's sweep of dead members (1 s, plus
-/// 100 ms for the reap and the ring) plus the measured noise: natively the killed member took the readiness the kernel had handed it.
+/// 100 ms for the reap and the ring) plus the measured noise: natively the killed member took
+/// the readiness the kernel had handed it.
 fn a_member_killed_holding_a_readiness(backend: Backend) {
     const SWEEP: Duration = Duration::from_secs(1);
     let _one = one_fork_at_a_time();

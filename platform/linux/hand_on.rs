@@ -16,9 +16,10 @@
 //! woken it. A chain of hand-ons, each to the member after the last, serves a backlog in slot
 //! order. The `poll` is paid only on `consumed` while another member is inside its wait (else
 //! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
-//! (a member that comes back at once takes a backlog itself), on leave, and by the rung member. A member that dies (or exits
-//! without leaving) is found by the others' sweep (`SWEEP`, in a group that spans processes,
-//! as the emulation sweeps), and its reap rings the idle member after it.
+//! (a member that comes back at once takes a backlog itself), on leave, and by the rung
+//! member. A member that dies (or exits without leaving) is found by the others' sweep
+//! (`SWEEP`, in a group that spans processes, as the emulation sweeps), and its reap rings the
+//! idle member after it.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

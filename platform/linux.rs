@@ -347,6 +347,12 @@ impl NativeWaiter {
         let max = self
             .registrations
             .events_per_wait(events.room().min(self.buffer.len()));
+        // A bell marked rung by a ringer that died before its write would silence it for good:
+        // cleared before each wait (a ring on its way still arrives, and a second ring only
+        // wakes this member for the same look).
+        if slot.rung.load(SeqCst) != 0 {
+            slot.rung.store(0, SeqCst);
+        }
         let sweeping = !looking && !self.exclusive.is_empty() && self.shared.spans_processes();
         loop {
             let (ms, capped) = hand_on::sweep_cap(timeout_ms(deadline), sweeping);

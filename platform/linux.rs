@@ -27,10 +27,11 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::contract::Rotation;
+use crate::doorbell::{Bell, Doorbells};
 use crate::error::{Error, Result};
 use crate::interest::{Event, Events, Interest};
 use crate::registry::{self, FileId, Registry};
@@ -47,122 +48,22 @@ macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
         // SAFETY: each call site passes valid descriptors and pointers to live buffers.
         let res = unsafe { libc::$fn($($arg),*) };
-        if res == -1 { Err(io::Error::last_os_error()) } else { Ok(res) }
+        if res == -1 { Err(std::io::Error::last_os_error()) } else { Ok(res) }
     }};
 }
 
-/// The epoll data value of the waiter's own wake-up eventfd (descriptors are never negative).
-const WAKE_DATA: u64 = u64::MAX;
+mod epoll;
+mod hand_on;
+mod registration;
 
-/// Can this kernel give exclusive wake-ups? Asked once per process, with a real pipe.
-pub(crate) fn probe() -> std::result::Result<(), String> {
-    static PROBE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    PROBE
-        .get_or_init(|| {
-            let epoll = new_epoll().map_err(|e| format!("epoll_create1 failed: {e}"))?;
-            let mut fds = [0; 2];
-            syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))
-                .map_err(|e| format!("pipe2 failed: {e}"))?;
-            // SAFETY: pipe2 just returned these two descriptors; we own them from here.
-            let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-            ctl(
-                &epoll,
-                libc::EPOLL_CTL_ADD,
-                r.as_raw_fd(),
-                epoll_flags(Interest::READABLE.exclusive()),
-                0,
-            )
-            .map_err(|e| {
-                format!("the kernel refuses EPOLLEXCLUSIVE ({e}); Linux 4.5 or later is needed")
-            })
-        })
-        .clone()
-}
+pub(crate) use hand_on::ring_idle;
+use hand_on::BELL_DATA;
 
-/// Does `fd` name, in `epoll`, the very open file of its exclusive entry? Asked with an
-/// `EPOLL_CTL_MOD` that the kernel refuses for an exclusive entry (EINVAL, nothing changed)
-/// after it has looked the entry up by number *and* open file: EBADF for a closed number,
-/// ENOENT for a number that names another file now. Half the cost of an `fstat` here (0.24
-/// against 0.44 µs), and exact where (device, inode) is not (a pipe's two ends). Only for
-/// exclusive entries (a MOD of another would change it), and only where `mod_probe_works`.
-fn entry_is_live(epoll: &OwnedFd, fd: RawFd) -> bool {
-    let mut ev = libc::epoll_event { events: 0, u64: 0 };
-    // SAFETY: a live epoll descriptor and a live event; the kernel refuses to modify an
-    // exclusive entry, so nothing changes.
-    let res = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
-    res == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
-}
-
-/// Does this kernel refuse an `EPOLL_CTL_MOD` of an exclusive entry with EINVAL, changing
-/// nothing (every kernel since 4.6; 4.5 modified it)? Asked once per process, with a real pipe.
-fn mod_probe_works() -> bool {
-    static WORKS: OnceLock<bool> = OnceLock::new();
-    *WORKS.get_or_init(|| {
-        let Ok(epoll) = new_epoll() else {
-            return false;
-        };
-        let mut fds = [0; 2];
-        if syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)).is_err() {
-            return false;
-        }
-        // SAFETY: pipe2 just returned these two descriptors; we own them from here.
-        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let flags = epoll_flags(Interest::READABLE.exclusive());
-        ctl(&epoll, libc::EPOLL_CTL_ADD, r.as_raw_fd(), flags, 0).is_ok()
-            && entry_is_live(&epoll, r.as_raw_fd())
-    })
-}
-
-fn new_epoll() -> io::Result<OwnedFd> {
-    let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-    // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The epoll flags of an interest: level-triggered, never a flag the kernel refuses with
-/// EXCLUSIVE.
-fn epoll_flags(interest: Interest) -> u32 {
-    let mut flags = 0;
-    if interest.is_readable() {
-        flags |= libc::EPOLLIN as u32;
-    }
-    if interest.is_writable() {
-        flags |= libc::EPOLLOUT as u32;
-    }
-    if interest.is_priority() {
-        flags |= libc::EPOLLPRI as u32;
-    }
-    if interest.is_exclusive() {
-        flags |= libc::EPOLLEXCLUSIVE as u32;
-    }
-    flags
-}
-
-fn ctl(epoll: &OwnedFd, op: libc::c_int, fd: RawFd, flags: u32, data: u64) -> io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: flags,
-        u64: data,
-    };
-    syscall!(epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev)).map(drop)
-}
-
-/// Names the kernel's refusal of a descriptor.
-/// (What the emulation's poller refuses too, plus the epoll that cannot be exclusive.)
-fn refusal(fd: RawFd, err: io::Error, context: &'static str) -> Error {
-    match err.raw_os_error() {
-        Some(libc::ELOOP) | Some(libc::EINVAL) if is_epoll(fd) => Error::UnwatchableDescriptor {
-            fd,
-            reason: "an epoll descriptor cannot be watched exclusively (EINVAL)",
-        },
-        _ => registry::refusal(fd, err, context),
-    }
-}
-
-fn is_epoll(fd: RawFd) -> bool {
-    std::fs::read_link(format!("/proc/self/fd/{fd}"))
-        .map(|p| p.to_string_lossy().contains("eventpoll"))
-        .unwrap_or(false)
-}
+use epoll::{
+    ctl, drain_eventfd, entry_is_live, mod_probe_works, monotonic_ns, new_epoll, timeout_ms,
+    WAKE_DATA,
+};
+pub(crate) use epoll::{probe, NativeNotifier};
 
 /// One registration of this waiter.
 #[derive(Clone, Copy)]
@@ -212,10 +113,31 @@ pub(crate) struct NativeWaiter {
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
     total_handed: u64,
+    /// This process's side of the group's door bells, and this member's own bell (in `epoll`
+    /// under `BELL_DATA`; `None` once it left): readiness is handed on through them (`hand_on`).
+    bells: Arc<Doorbells>,
+    bell: Option<Bell>,
+    /// This member's slot.
+    me: u32,
+    /// The answer of the turn rule's backlog check (`ready_now`) during this `consumed`, which
+    /// the hand-on reuses rather than ask the kernel again.
+    ready_seen: std::cell::Cell<Option<(RawFd, bool)>>,
+    /// When this member last consumed an exclusive event (monotonic ns; 0 once it is back in
+    /// `wait`), and whether it came back within `hand_on::QUICK` the last time (see
+    /// `hand_on_if_ready`).
+    consumed_at: u64,
+    quick: bool,
 }
 
 impl NativeWaiter {
-    pub(crate) fn new(shared: Arc<SharedState>, rotation: Rotation) -> Result<NativeWaiter> {
+    /// The native half of the member that joins slot `me` as occupant `generation`.
+    pub(crate) fn new(
+        shared: Arc<SharedState>,
+        rotation: Rotation,
+        bells: Arc<Doorbells>,
+        me: u32,
+        generation: u32,
+    ) -> Result<NativeWaiter> {
         // Asked now, at join: the first `wait`s of threads that join together would otherwise
         // block on one another's first asking (a futex wait: a kernel wake-up of their own).
         mod_probe_works();
@@ -232,7 +154,8 @@ impl NativeWaiter {
             WAKE_DATA,
         )
         .map_err(|e| Error::io("registering the waiter's eventfd", e))?;
-        Ok(NativeWaiter {
+        let bell = bells.bind(me, generation)?;
+        let waiter = NativeWaiter {
             epoll,
             wake,
             rotation,
@@ -243,206 +166,17 @@ impl NativeWaiter {
             rotate_pending: Vec::new(),
             buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             total_handed: 0,
-        })
-    }
-
-    pub(crate) fn add(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        let file = registry::file_id(fd).ok_or(Error::BadDescriptor { fd })?;
-        let old = self.registrations.get(&fd).copied();
-        if old.is_some_and(|old| old.file == file) {
-            return Err(Error::AlreadyRegistered { fd });
-        }
-        let gen = self.next_gen;
-        let flags = epoll_flags(interest);
-        let mut res = ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, gen));
-        if res
-            .as_ref()
-            .is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST))
-        {
-            // An entry of this very file under this number, from a registration forgotten since
-            // (its number was closed, then the file came back to it): stale, so start afresh.
-            self.rebuild()?;
-            res = ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, gen));
-        }
-        res.map_err(|e| refusal(fd, e, "adding a descriptor to epoll"))?;
-        // A record of another file under this number: that file's number was closed (or
-        // `dup2`'d over) without `delete`. Its entry lives on if the file is open elsewhere,
-        // and an exclusive one would take the group's wake-ups: removed now.
-        if let Some(old) = old {
-            self.forget(fd);
-            self.insert(fd, key, interest, file);
-            if old.interest.is_exclusive() {
-                self.rebuild()?;
-            }
-            return Ok(());
-        }
-        self.insert(fd, key, interest, file);
-        Ok(())
-    }
-
-    fn insert(&mut self, fd: RawFd, key: usize, interest: Interest, file: FileId) {
-        let gen = self.next_gen;
-        self.next_gen += 1;
-        if interest.is_exclusive() {
-            self.exclusive.push(fd);
-        }
-        self.registrations.insert(
-            fd,
-            Registration {
-                key,
-                interest,
-                file,
-                gen,
-                handed: 0,
-                mark: 0,
-            },
-        );
-    }
-
-    fn forget(&mut self, fd: RawFd) -> Option<Registration> {
-        let old = self.registrations.remove(fd)?;
-        self.rotate_pending.retain(|&p| p != fd);
-        if old.interest.is_exclusive() {
-            self.exclusive.retain(|&x| x != fd);
-        }
-        Some(old)
-    }
-
-    /// Replaces the member's epoll instance with a new one holding its live registrations (and
-    /// its eventfd), under the same descriptor number, and forgets those whose number no longer
-    /// names their file. Closing the old
-    /// instance removes every stale entry in it: the only way to remove an entry whose number
-    /// was closed or reused while its file stays open elsewhere (see `crate::registry`).
-    /// Costs one `epoll_ctl` and one `fstat` per registration; done only when a stale entry
-    /// may exist.
-    fn rebuild(&mut self) -> Result<()> {
-        let epoll = new_epoll().map_err(|e| Error::io("rebuilding the waiter's epoll", e))?;
-        let wake = self.wake.as_raw_fd();
-        ctl(
-            &epoll,
-            libc::EPOLL_CTL_ADD,
-            wake,
-            libc::EPOLLIN as u32,
-            WAKE_DATA,
-        )
-        .map_err(|e| Error::io("registering the waiter's eventfd", e))?;
-        let fds: Vec<RawFd> = self.registrations.keys().copied().collect();
-        for fd in fds {
-            let reg = self.registrations[&fd];
-            let flags = epoll_flags(reg.interest);
-            let live = registry::still_names(fd, reg.file)
-                && ctl(&epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, reg.gen)).is_ok();
-            if !live {
-                self.forget(fd);
-            }
-        }
-        // The new instance takes the old one's number (and the old instance, with every stale
-        // entry in it, closes): the waiter's descriptor numbers stay what they were, so a
-        // program that counts on the lowest free number (close, then open) sees no change.
-        syscall!(dup3(
-            epoll.as_raw_fd(),
-            self.epoll.as_raw_fd(),
-            libc::O_CLOEXEC
-        ))
-        .map_err(|e| Error::io("rebuilding the waiter's epoll", e))?;
-        Ok(())
-    }
-
-    /// Forgets the exclusive registrations whose numbers no longer name their files, and removes
-    /// their entries (`rebuild`). Before each kernel wait: a stale exclusive entry in an epoll
-    /// with a thread waiting would take the group's wake-ups for a file this member no longer
-    /// watches. One system call per exclusive registration: the kernel's own answer where it
-    /// has one (`entry_is_live`), else an `fstat`.
-    fn drop_stale_exclusive(&mut self) -> Result<()> {
-        let probe = mod_probe_works();
-        let stale = self.exclusive.iter().any(|&fd| match probe {
-            true => !entry_is_live(&self.epoll, fd),
-            false => !registry::still_names(fd, self.registrations[&fd].file),
-        });
-        if stale {
-            self.rebuild()?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn modify(&mut self, fd: RawFd, key: usize, interest: Interest) -> Result<()> {
-        let old = *self.registrations.registered(fd)?;
-        if old.interest.is_exclusive() || interest.is_exclusive() {
-            // The kernel refuses MOD of an exclusive entry: delete and add, and put the old
-            // registration back if the new one is refused.
-            return registry::replace(
-                self,
-                (old.key, old.interest),
-                (key, interest),
-                |w| w.delete(fd),
-                |w, key, interest| w.add(fd, key, interest),
-            );
-        }
-        let gen = self.next_gen;
-        if let Err(e) = ctl(
-            &self.epoll,
-            libc::EPOLL_CTL_MOD,
-            fd,
-            epoll_flags(interest),
-            token(fd, gen),
-        ) {
-            if registry::maybe_stale(&e) {
-                // Closed or reused: the registration is gone (its entry, if it lives on, is
-                // removed when it fires: it is not exclusive).
-                self.forget(fd);
-            }
-            return Err(refusal(fd, e, "modifying a descriptor in epoll"));
-        }
-        self.forget(fd);
-        self.insert(fd, key, interest, old.file);
-        Ok(())
-    }
-
-    pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
-        let reg = *self.registrations.registered(fd)?;
-        match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
-            Ok(()) => {
-                self.forget(fd);
-            }
-            // EBADF, ENOENT: the number was closed, or names another file now. The registration
-            // goes all the same; its entry may live on (the file open elsewhere), and an
-            // exclusive one is removed at once.
-            Err(e) if registry::maybe_stale(&e) => {
-                self.forget(fd);
-                if reg.interest.is_exclusive() {
-                    self.rebuild()?;
-                }
-            }
-            Err(e) => return Err(refusal(fd, e, "deleting a descriptor from epoll")),
-        }
-        Ok(())
-    }
-
-    /// Moves the entry of `fd` to the tail of the descriptor's wait queue: delete, then add.
-    fn rotate(&mut self, fd: RawFd) -> Result<()> {
-        let Some(reg) = self.registrations.get(&fd).copied() else {
-            return Ok(());
+            bells,
+            bell: Some(bell),
+            me,
+            ready_seen: std::cell::Cell::new(None),
+            consumed_at: 0,
+            quick: false,
         };
-        let flags = epoll_flags(reg.interest);
-        let res = ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0).and_then(|()| {
-            ctl(
-                &self.epoll,
-                libc::EPOLL_CTL_ADD,
-                fd,
-                flags,
-                token(fd, reg.gen),
-            )
-        });
-        match res {
-            Ok(()) => Ok(()),
-            // Closed or reused while registered: the registration goes, and its entry with a
-            // new epoll instance (it may live on, its file open elsewhere).
-            Err(e) if registry::maybe_stale(&e) => {
-                self.forget(fd);
-                self.rebuild()
-            }
-            Err(e) => Err(Error::io("rotating an exclusive registration", e)),
-        }
+        waiter
+            .watch_bell(&waiter.epoll)
+            .map_err(|e| Error::io("registering the member's door bell", e))?;
+        Ok(waiter)
     }
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
@@ -457,7 +191,12 @@ impl NativeWaiter {
             }
             // Out of the list first: `end_turn` may forget `fd` (closed), which takes it out too.
             self.rotate_pending.swap_remove(i);
-            if !self.end_turn(fd, false)? {
+            let decided = self.end_turn(fd, false);
+            // Whatever the turn rule decided (a kept turn under a backlog too: the caller goes to
+            // its work now), a readiness still there goes to an idle member.
+            self.hand_on_if_ready(fd);
+            self.consumed_at = monotonic_ns();
+            if !decided? {
                 // Deferred to the next `wait`: back in the list, and on to the next one.
                 self.rotate_pending.push(fd);
                 let last = self.rotate_pending.len() - 1;
@@ -553,7 +292,7 @@ impl NativeWaiter {
             reg.handed,
             stream,
             |batch| self.ahead_of_share(batch),
-            || registry::still_ready(fd, reg.interest),
+            || self.ready_now(fd, reg.interest),
         );
         if !due {
             return Ok(true);
@@ -580,12 +319,18 @@ impl NativeWaiter {
         }
     }
 
+    /// Waits for events. `sweep` reaps the members of other processes that died (and hands on
+    /// what they held: `GroupInner::reap_dead_members`); it runs every `hand_on::SWEEP` of a
+    /// wait with nothing to hand out, in a group that spans processes, while this member has
+    /// an exclusive registration (a dead member's readiness is nobody's until then).
     pub(crate) fn wait(
         &mut self,
         slot: &MemberSlot,
         events: &mut Events,
         timeout: Option<Duration>,
+        sweep: &dyn Fn(),
     ) -> Result<usize> {
+        self.note_back();
         // Coming back to wait means the last events were consumed.
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
@@ -602,16 +347,30 @@ impl NativeWaiter {
         let max = self
             .registrations
             .events_per_wait(events.room().min(self.buffer.len()));
+        // A bell marked rung by a ringer that died before its write would silence it for good:
+        // cleared before each wait (a ring on its way still arrives, and a second ring only
+        // wakes this member for the same look).
+        if slot.rung.load(SeqCst) != 0 {
+            slot.rung.store(0, SeqCst);
+        }
+        let sweeping = !looking && !self.exclusive.is_empty() && self.shared.spans_processes();
         loop {
-            // Counted as waiting (someone to hand a turn to) while inside the kernel wait.
-            self.shared.header().native_waiting.fetch_add(1, SeqCst);
+            let (ms, capped) = hand_on::sweep_cap(timeout_ms(deadline), sweeping);
+            // Counted as waiting (someone to hand a turn to) while inside the kernel wait; a
+            // look is not (it sleeps nowhere, and busy pollers would bounce the shared count's
+            // cache line at every look).
+            if !looking {
+                self.shared.header().native_waiting.fetch_add(1, SeqCst);
+            }
             let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.buffer.as_mut_ptr(),
                 max as libc::c_int,
-                timeout_ms(deadline),
+                ms,
             ));
-            self.shared.header().native_waiting.fetch_sub(1, SeqCst);
+            if !looking {
+                self.shared.header().native_waiting.fetch_sub(1, SeqCst);
+            }
             let n = match res {
                 Ok(n) => n as usize,
                 // A signal handler ran: the wait ends with no events, so that the caller sees
@@ -622,11 +381,16 @@ impl NativeWaiter {
                 }
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
+            if n == 0 && capped {
+                sweep(); // a dead member's readiness is handed on through a bell: wait again
+                continue;
+            }
             if n == 0 {
                 return Ok(0); // timed out
             }
             slot.wakeups.add(1);
             let mut notified = false;
+            let mut rung = false;
             let mut noted = false;
             let mut stale = false;
             for i in 0..n {
@@ -635,6 +399,10 @@ impl NativeWaiter {
                 if data == WAKE_DATA {
                     drain_eventfd(&self.wake);
                     notified = true;
+                    continue;
+                }
+                if data == BELL_DATA {
+                    rung = true; // handed on: see below
                     continue;
                 }
                 let (fd, _) = registry::untoken(data);
@@ -659,31 +427,19 @@ impl NativeWaiter {
                     stale = true;
                     continue;
                 }
-                events.push(Event {
-                    key: reg.key,
-                    readable: flags
-                        & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLHUP | libc::EPOLLERR) as u32
-                        != 0,
-                    writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
-                });
-                if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
-                    reg.handed += 1;
-                    if self.rotation == Rotation::Adaptive {
-                        let handed = &self.shared.header().native_handed;
-                        reg.mark = handed.fetch_add(1, SeqCst) + 1;
-                        self.total_handed += 1;
-                        noted = true;
-                    }
-                    if !self.rotate_pending.contains(&fd) {
-                        self.rotate_pending.push(fd);
-                    }
-                }
+                noted |= self.hand_out(fd, flags, events);
+            }
+            if rung {
+                noted |= self.take_handed_on(events, max);
             }
             if noted {
                 self.note_event();
             }
             if stale {
                 self.rebuild()?;
+                // The stale entry may have taken the wake-up of a file other members watch (a
+                // shared descriptor this member closed): an idle member looks.
+                ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
             }
             if !events.is_empty() || notified {
                 return Ok(events.len());
@@ -693,6 +449,36 @@ impl NativeWaiter {
                 return Ok(0); // woken for nothing it could hand out, past its deadline
             }
         }
+    }
+
+    /// Puts the event `flags` of the registered `fd` into `events`, and for an exclusive
+    /// descriptor counts it towards the member's turn. Returns whether it was an exclusive
+    /// event the group's stream hint counts (`Adaptive`).
+    fn hand_out(&mut self, fd: RawFd, flags: u32, events: &mut Events) -> bool {
+        let Some(reg) = self.registrations.get_mut(&fd) else {
+            return false;
+        };
+        events.push(Event {
+            key: reg.key,
+            readable: flags
+                & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLHUP | libc::EPOLLERR) as u32
+                != 0,
+            writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
+        });
+        let mut noted = false;
+        if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
+            reg.handed += 1;
+            if self.rotation == Rotation::Adaptive {
+                let handed = &self.shared.header().native_handed;
+                reg.mark = handed.fetch_add(1, SeqCst) + 1;
+                self.total_handed += 1;
+                noted = true;
+            }
+            if !self.rotate_pending.contains(&fd) {
+                self.rotate_pending.push(fd);
+            }
+        }
+        noted
     }
 
     pub(crate) fn notifier(&self) -> NativeNotifier {
@@ -705,47 +491,13 @@ impl NativeWaiter {
 // The stream's constants (`STREAM_MEMORY`, `STREAM_GAP`, `STREAM_TURN`, `STREAM_BATCH`) are
 // the turn rule's, in `crate::turn`.
 
-/// Monotonic nanoseconds, comparable across the processes of a group.
-fn monotonic_ns() -> u64 {
-    // SAFETY: timespec is plain data, filled by clock_gettime.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid clock id and a pointer to a live timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Milliseconds left until `deadline` for epoll_wait, rounded up; -1 for none.
-fn timeout_ms(deadline: Option<Instant>) -> libc::c_int {
-    match deadline {
-        None => -1,
-        Some(d) => {
-            let left = d.saturating_duration_since(Instant::now());
-            let ms = left.as_nanos().div_ceil(1_000_000);
-            ms.min(libc::c_int::MAX as u128) as libc::c_int
-        }
-    }
-}
-
-fn drain_eventfd(fd: &OwnedFd) {
-    let mut value = 0u64;
-    // SAFETY: reads 8 bytes into a live u64 from our own nonblocking eventfd.
-    unsafe { libc::read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
-}
-
-/// Wakes one native waiter through its eventfd.
-#[derive(Clone)]
-pub(crate) struct NativeNotifier {
-    wake: Arc<OwnedFd>,
-}
-
-impl NativeNotifier {
-    pub(crate) fn notify(&self) -> Result<()> {
-        let one = 1u64;
-        match syscall!(write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8)) {
-            Ok(_) => Ok(()),
-            // EAGAIN: the counter is full, so the waiter is woken already.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(e) => Err(Error::io("writing the waiter's eventfd", e)),
+impl Drop for NativeWaiter {
+    /// The member leaves: what it gives up goes to an idle member (`hand_on`), then its bell
+    /// is unbound.
+    fn drop(&mut self) {
+        self.hand_on_at_leave();
+        if let Some(bell) = self.bell.take() {
+            self.bells.unbind(self.me, bell);
         }
     }
 }

@@ -18,6 +18,16 @@ pub(crate) fn probe() -> std::result::Result<(), String> {
 
 pub(crate) enum NativeWaiter {}
 
+/// No native member exists here to hand readiness on to.
+pub(crate) fn ring_idle(
+    _shared: &crate::shared::SharedState,
+    _bells: &crate::doorbell::Doorbells,
+    _after: u32,
+    _except: Option<u32>,
+) -> bool {
+    false
+}
+
 #[derive(Clone)]
 pub(crate) enum NativeNotifier {}
 
@@ -25,6 +35,9 @@ impl NativeWaiter {
     pub(crate) fn new(
         _shared: std::sync::Arc<crate::shared::SharedState>,
         _rotation: crate::contract::Rotation,
+        _bells: std::sync::Arc<crate::doorbell::Doorbells>,
+        _me: u32,
+        _generation: u32,
     ) -> Result<NativeWaiter> {
         Err(crate::Error::BackendUnavailable {
             backend: crate::Backend::Native,
@@ -45,6 +58,7 @@ impl NativeWaiter {
         _: &MemberSlot,
         _: &mut Events,
         _: Option<Duration>,
+        _: &dyn Fn(),
     ) -> Result<usize> {
         match *self {}
     }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::contract::{Backend, Rotation};
+use crate::doorbell::Doorbells;
 use crate::emulated::{EmulatedGroup, Protocol};
 use crate::error::Result;
 use crate::members::Members;
@@ -22,6 +23,9 @@ pub(crate) struct GroupInner {
     pub(crate) live: crate::liveness::Liveness,
     /// The emulation's door bells (only for `Backend::Emulated`).
     pub(crate) emulation: Option<EmulatedGroup>,
+    /// The native members' door bells, through which readiness is handed on (only for
+    /// `Backend::Native`; shared with this process's native waiters).
+    pub(crate) native_bells: Option<Arc<Doorbells>>,
     /// The name of a named group.
     pub(crate) name: Option<String>,
 }
@@ -44,12 +48,20 @@ impl GroupInner {
             Backend::Emulated => Some(EmulatedGroup::new(shared.incarnation(), settings.capacity)?),
             _ => None,
         };
+        let native_bells = match settings.backend {
+            Backend::Native => Some(Arc::new(Doorbells::new(
+                shared.incarnation(),
+                settings.capacity,
+            )?)),
+            _ => None,
+        };
         Ok(GroupInner {
             backend: settings.backend,
             rotation: settings.rotation,
             shared: Arc::new(shared),
             live,
             emulation,
+            native_bells,
             name,
         })
     }
@@ -90,8 +102,16 @@ impl GroupInner {
             };
             match self.backend {
                 Backend::Emulated => self.protocol().reap(m, seen),
-                // The kernel forgot the dead process's epoll entries: nothing to clear.
-                _ => members.reap(m, seen, me, |_, _| {}),
+                // The kernel forgot the dead process's epoll entries: nothing to clear. But a
+                // readiness on its ready list went with it: an idle member looks (the next one
+                // after it, as a hand-on from it would go).
+                _ => {
+                    let reaped = members.reap(m, seen, me, |_, _| {});
+                    if let (true, Some(bells)) = (reaped, &self.native_bells) {
+                        crate::platform::ring_idle(&self.shared, bells, m, None);
+                    }
+                    reaped
+                }
             };
         }
     }

@@ -90,6 +90,7 @@ mod contract;
 /// `/proc` and exists on Linux only.
 #[doc(hidden)]
 pub mod counters;
+mod doorbell;
 mod emulated;
 mod error;
 mod group;

@@ -25,8 +25,8 @@
 //! | FREE, LEFT, DEAD | JOINING (generation + 1) | a joiner | `claim` | always |
 //! | JOINING | BUSY | its owner | `publish` | its liveness lock and pid are in place |
 //! | JOINING | LEFT | its owner | `abandon`, or `claim` itself | the join failed after the claim; or the slot's byte stayed held (invariant 6) |
-//! | BUSY | IDLE | its owner | `go_idle` | entering `wait` (emulation) |
-//! | IDLE | BUSY | its owner | `go_busy` | leaving `wait` (emulation) |
+//! | BUSY | IDLE | its owner | `go_idle` | entering `wait` (both backends; natively, whom a hand-on may ring) |
+//! | IDLE | BUSY | its owner | `go_busy` | leaving `wait` (both backends) |
 //! | IDLE, BUSY | LEAVING | its owner | `begin_leave` | `Waiter::drop` |
 //! | LEAVING | LEFT | its owner | `finish_leave` | what it held is handed on; its lock is dropped after |
 //! | IDLE, BUSY, LEAVING | REAPING (reaper) | any other process | `begin_reap` | the owner's liveness byte is free: it died |

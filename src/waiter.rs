@@ -94,7 +94,17 @@ impl Waiter {
         let engine = match group.backend {
             Backend::Emulated => EmulatedWaiter::new(&group.protocol(), membership)
                 .map(|e| Engine::Emulated(Box::new(e))),
-            _ => NativeWaiter::new(group.shared.clone(), group.rotation).map(Engine::Native),
+            _ => NativeWaiter::new(
+                group.shared.clone(),
+                group.rotation,
+                group
+                    .native_bells
+                    .clone()
+                    .expect("a native waiter belongs to a native group"),
+                member,
+                membership.generation(),
+            )
+            .map(Engine::Native),
         };
         let engine = match engine {
             Ok(engine) => engine,
@@ -242,7 +252,15 @@ impl Waiter {
         events.clear();
         let slot = self.group.shared.member(self.member);
         let n = match &mut *self.engine {
-            Engine::Native(n) => n.wait(slot, events, timeout),
+            Engine::Native(n) => {
+                // IDLE while inside `wait`: whom a member handing readiness on may ring.
+                let members = self.group.members();
+                members.go_idle(&self.membership);
+                let group = &self.group;
+                let n = n.wait(slot, events, timeout, &|| group.reap_dead_members());
+                members.go_busy(&self.membership);
+                n
+            }
             Engine::Emulated(e) => e.wait(&self.group.protocol(), events, timeout),
         }?;
         slot.events.add(n as u64);

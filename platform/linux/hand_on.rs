@@ -1,0 +1,210 @@
+//! Hand-on: readiness that a member gives up goes to an idle member of the group.
+//!
+//! An `EPOLLEXCLUSIVE` entry hears of a descriptor only through a wake-up, and the kernel wakes
+//! on a *new* event of the file alone. A rotation (delete and re-add) of a descriptor that is
+//! still ready puts it on the re-adding member's own ready list and on nobody else's; a member
+//! that leaves or dies takes its ready list with it; and a POSIX queue's receive that moves a
+//! blocked sender's message into the queue wakes no poller at all. So a second request in one
+//! write, or the message after a receive from a full queue, waited for the member that held
+//! the readiness to come back, however many members sat idle (a second, or for good once the
+//! member left). Here a member that gives a descriptor up (`consumed`, its leave, or a reap of a
+//! dead member) while it is still ready (a zero-timeout `poll`) rings the door bell
+//! (`crate::doorbell`, the emulation's bells: abstract datagram sockets any process of the
+//! group reaches, an eventfd within the process) of one idle member, the next one after it in
+//! slot order whose bell is not rung already; the rung member looks at its exclusive
+//! descriptors with one zero-timeout `poll` and hands out what is ready, as if the kernel had
+//! woken it. A chain of hand-ons, each to the member after the last, serves a backlog in slot
+//! order. The `poll` is paid only on `consumed` while another member is inside its wait (else
+//! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
+//! (a member that comes back at once takes a backlog itself), on leave, and by the rung
+//! member. A member that dies (or exits without leaving) is found by the others' sweep
+//! (`SWEEP`, in a group that spans processes, as the emulation sweeps), and its reap rings the
+//! idle member after it.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::epoll::{ctl, monotonic_ns};
+use super::NativeWaiter;
+use crate::doorbell::Doorbells;
+use crate::interest::Events;
+use crate::members::state;
+use crate::registry;
+use crate::shared::SharedState;
+
+/// How often an idle member of a group that spans processes looks for dead members (as the
+/// emulation's idle members do): a member killed while the kernel had handed it a readiness
+/// took that readiness with it, and the reap hands it on (`GroupInner::reap_dead_members`).
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// The kernel wait's timeout (`ms`, -1 for none) capped at `SWEEP` if the member `sweeping`:
+/// (the timeout, whether it was capped).
+pub(super) fn sweep_cap(ms: libc::c_int, sweeping: bool) -> (libc::c_int, bool) {
+    let cap = SWEEP.as_millis() as libc::c_int;
+    match sweeping && (ms < 0 || ms > cap) {
+        true => (cap, true),
+        false => (ms, false),
+    }
+}
+
+/// A member that came back to `wait` this soon after its last `consumed` hands nothing on at
+/// its next `consumed`: it will take a backlog itself before a rung member could wake (a
+/// thread's wake-up costs several microseconds, and under a producer at full speed a ring
+/// per message cost 0.35–0.4 kernel wake-ups more per message at 500 waiters, `herd pipe`).
+/// Its first `consumed`, and any after work longer than this, hand on.
+const QUICK: Duration = Duration::from_micros(100);
+
+/// The epoll data value of the member's door bell (above every token: see `crate::registry`).
+pub(super) const BELL_DATA: u64 = u64::MAX - 1;
+
+/// Rings the door bell of the first idle member after slot `after` (in slot order, wrapping),
+/// other than `except`, whose bell is not rung already; returns whether it rang one. A rung
+/// member looks at its exclusive descriptors; one with its bell rung and not yet drained will
+/// look anyway.
+pub(crate) fn ring_idle(
+    shared: &SharedState,
+    bells: &Doorbells,
+    after: u32,
+    except: Option<u32>,
+) -> bool {
+    let high = shared.high();
+    for i in 1..=high {
+        let m = (after + i) % high;
+        if Some(m) == except {
+            continue;
+        }
+        let slot = shared.member(m);
+        let life = slot.life();
+        if life.state() != state::IDLE || slot.rung.load(SeqCst) != 0 {
+            continue;
+        }
+        if slot.rung.swap(1, SeqCst) != 0 {
+            continue; // another ringer came first
+        }
+        bells.ring(m, life.generation());
+        return true;
+    }
+    false
+}
+
+impl NativeWaiter {
+    /// Adds the member's door bell (its socket and eventfd) to `epoll`.
+    pub(super) fn watch_bell(&self, epoll: &OwnedFd) -> io::Result<()> {
+        let Some(bell) = &self.bell else {
+            return Ok(());
+        };
+        for fd in bell.watch() {
+            ctl(
+                epoll,
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                BELL_DATA,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The caller consumed an event of the exclusive `fd`: if another member is inside its
+    /// wait and `fd` is still ready, ring one (see the module docs). Not if this member came
+    /// back to `wait` within `QUICK` of its last `consumed`: it is trusted to be back as soon
+    /// and take the rest itself.
+    pub(super) fn hand_on_if_ready(&self, fd: RawFd) {
+        let seen = self.ready_seen.take();
+        if self.quick {
+            return;
+        }
+        if self.shared.header().native_waiting.load(SeqCst) == 0 {
+            return; // nobody inside a wait to ring; a member coming back looks itself
+        }
+        let Some(reg) = self.registrations.get(&fd) else {
+            return;
+        };
+        let ready = match seen {
+            Some((seen_fd, ready)) if seen_fd == fd => ready, // the turn rule just asked
+            _ => registry::still_ready(fd, reg.interest),
+        };
+        if ready {
+            ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+        }
+    }
+
+    /// The member is back in `wait`: was it away (since its last `consumed`) less than `QUICK`?
+    pub(super) fn note_back(&mut self) {
+        if self.consumed_at != 0 {
+            let away = monotonic_ns().saturating_sub(self.consumed_at);
+            self.quick = away < QUICK.as_nanos() as u64;
+            self.consumed_at = 0;
+        }
+    }
+
+    /// Is `fd` still ready (a zero-timeout `poll`)? The turn rule's backlog check; the answer
+    /// is kept for the hand-on that follows in the same `consumed`.
+    pub(super) fn ready_now(&self, fd: RawFd, interest: crate::interest::Interest) -> bool {
+        let ready = registry::still_ready(fd, interest);
+        self.ready_seen.set(Some((fd, ready)));
+        ready
+    }
+
+    /// The member leaves: each exclusive descriptor still ready is handed on (one ring for all:
+    /// the rung member looks at every descriptor it has).
+    pub(super) fn hand_on_at_leave(&self) {
+        let ready = self.exclusive.iter().any(|fd| {
+            let reg = &self.registrations[fd];
+            registry::still_ready(*fd, reg.interest)
+        });
+        if ready {
+            ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+        }
+    }
+
+    /// The member's bell rang: its bell is drained, and its exclusive descriptors that are
+    /// ready now and not among `events` already are handed out (up to `max` events in all),
+    /// with one zero-timeout `poll`; with no room left, the bell is left for the next wait.
+    /// Returns whether any was.
+    pub(super) fn take_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
+        if events.len() >= max {
+            // No room (one event per wait, and the kernel gave one): the bell stays rung and
+            // readable, and the next wait looks.
+            return false;
+        }
+        self.bells.drain(self.me);
+        // After the drain (a ring between a clear and the drain would be lost).
+        self.shared.member(self.me).rung.store(0, SeqCst);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
+        for &fd in &self.exclusive {
+            let reg = &self.registrations[&fd];
+            if events.iter().any(|e| e.key == reg.key) {
+                continue;
+            }
+            fds.push(libc::pollfd {
+                fd,
+                events: registry::poll_events(reg.interest),
+                revents: 0,
+            });
+        }
+        if fds.is_empty() {
+            return false;
+        }
+        // SAFETY: a live array of `fds.len()` pollfds, zero timeout.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        if n <= 0 {
+            return false;
+        }
+        let mut any = false;
+        for pfd in fds {
+            if events.len() >= max {
+                break;
+            }
+            // Hang-ups and errors are no readiness to hand on: every member hears of them.
+            if pfd.revents & pfd.events == 0 {
+                continue;
+            }
+            // poll's bits are epoll's (POLLIN = EPOLLIN, POLLOUT = EPOLLOUT, ...).
+            any |= self.hand_out(pfd.fd, pfd.revents as u16 as u32, events);
+        }
+        any
+    }
+}

@@ -370,7 +370,7 @@ mod tests {
 /// The door bells of every slot of one group: each member's poller, for its `notify`.
 #[cfg(all(not(unix), not(loom)))]
 pub(crate) struct Doorbells {
-    pollers: std::sync::Mutex<Vec<Option<std::sync::Arc<super::poller::Poller>>>>,
+    pollers: std::sync::Mutex<Vec<Option<std::sync::Arc<crate::emulated::poller::Poller>>>>,
 }
 
 #[cfg(all(not(unix), not(loom)))]
@@ -382,7 +382,11 @@ impl Doorbells {
     }
 
     /// Records the poller of the member that joined `slot`.
-    pub(crate) fn install(&self, slot: u32, poller: std::sync::Arc<super::poller::Poller>) {
+    pub(crate) fn install(
+        &self,
+        slot: u32,
+        poller: std::sync::Arc<crate::emulated::poller::Poller>,
+    ) {
         self.pollers.lock().unwrap_or_else(|e| e.into_inner())[slot as usize] = Some(poller);
     }
 

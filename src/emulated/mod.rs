@@ -47,7 +47,7 @@ mod identity;
 mod kernel_wait;
 #[cfg(unix)]
 mod other_unix;
-mod poller;
+pub(crate) mod poller;
 mod protocol;
 mod registrations;
 mod wait;

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{every_backend, wait_keys, WAIT_BOUND};
+use common::{every_backend, fresh_queue, wait_keys, WAIT_BOUND};
 use herdless::{Backend, Events, Group, Interest, Rotation};
 use nix::errno::Errno;
-use nix::mqueue::{mq_open, mq_receive, mq_send, mq_unlink, MQ_OFlag, MqAttr, MqdT};
+use nix::mqueue::{mq_open, mq_receive, mq_send, mq_unlink, MQ_OFlag, MqAttr};
 use nix::sys::stat::Mode;
 
 fn messages_go_one_to_each(backend: Backend) {
@@ -53,28 +53,6 @@ fn messages_go_one_to_each(backend: Backend) {
         assert_eq!(u64::from_ne_bytes(buf), i as u64);
         waiter.consumed(0).unwrap();
     }
-}
-
-/// A fresh queue of 8-byte messages, 10 deep (the default ceiling for a process without
-/// CAP_SYS_RESOURCE), unlinked at once: a non-blocking descriptor for the members and a
-/// blocking one for the producer. `None`, said loudly, where this system has no message queues.
-fn fresh_queue(tag: &str) -> Option<(MqdT, MqdT)> {
-    let name = format!("/herdless-test-{}-{tag}", std::process::id());
-    let _ = mq_unlink(name.as_str());
-    let attr = MqAttr::new(0, 10, 8, 0);
-    let mode = Mode::S_IRUSR | Mode::S_IWUSR;
-    let flags = MQ_OFlag::O_CREAT | MQ_OFlag::O_RDONLY | MQ_OFlag::O_NONBLOCK;
-    let read = match mq_open(name.as_str(), flags, mode, Some(&attr)) {
-        Ok(read) => read,
-        Err(e) => {
-            eprintln!("SKIPPED: no POSIX message queue on this system (mq_open: {e})");
-            println!("SKIPPED: no POSIX message queue on this system (mq_open: {e})");
-            return None;
-        }
-    };
-    let write = mq_open(name.as_str(), MQ_OFlag::O_WRONLY, mode, None).expect("mq_open");
-    mq_unlink(name.as_str()).unwrap();
-    Some((read, write))
 }
 
 /// Two CPUs this test may run on (one, twice, on a one-CPU machine), and keeps the calling

@@ -304,7 +304,7 @@ fn harvest(epoll: RawFd) {
     unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), 4, 0) };
 }
 
-fn check_acceptor(backend: Backend) {
+fn acceptor_takes_turns_without_the_herd(backend: Backend) {
     let Some(out) = run(Setup::Acceptor(backend)) else {
         return;
     };
@@ -329,16 +329,6 @@ fn check_acceptor(backend: Backend) {
         per_conn <= bound,
         "{per_conn:.2} kernel wake-ups of the acceptor threads per connection: {out:?}"
     );
-}
-
-#[test]
-fn acceptor_takes_turns_without_the_herd_native() {
-    check_acceptor(Backend::Native);
-}
-
-#[test]
-fn acceptor_takes_turns_without_the_herd_emulated() {
-    check_acceptor(Backend::Emulated);
 }
 
 #[test]
@@ -529,38 +519,6 @@ fn close_on_a_busy_listener_stops_within_one_accept(backend: Backend) {
 }
 
 #[test]
-fn close_hands_over_then_ends_native() {
-    if herdless::Group::builder()
-        .backend(Backend::Native)
-        .build()
-        .is_ok()
-    {
-        close_hands_over_then_ends(Backend::Native);
-    } else {
-        eprintln!("SKIPPED: no native backend here");
-    }
-}
-
-#[test]
-fn close_hands_over_then_ends_emulated() {
-    close_hands_over_then_ends(Backend::Emulated);
-}
-
-#[test]
-fn close_on_a_busy_listener_stops_within_one_accept_native() {
-    if Group::builder().backend(Backend::Native).build().is_ok() {
-        close_on_a_busy_listener_stops_within_one_accept(Backend::Native);
-    } else {
-        eprintln!("SKIPPED: no native backend here");
-    }
-}
-
-#[test]
-fn close_on_a_busy_listener_stops_within_one_accept_emulated() {
-    close_on_a_busy_listener_stops_within_one_accept(Backend::Emulated);
-}
-
-#[test]
 fn a_zero_backlog_is_refused() {
     let _one = FORKS.lock().unwrap_or_else(|e| e.into_inner());
     let group = Group::builder().backend(Backend::Emulated).build().unwrap();
@@ -622,16 +580,9 @@ fn drop_wakes_and_joins(backend: Backend) {
     clients.clear();
 }
 
-#[test]
-fn drop_wakes_and_joins_native() {
-    if Group::builder().backend(Backend::Native).build().is_ok() {
-        drop_wakes_and_joins(Backend::Native);
-    } else {
-        eprintln!("SKIPPED: no native backend here");
-    }
-}
-
-#[test]
-fn drop_wakes_and_joins_emulated() {
-    drop_wakes_and_joins(Backend::Emulated);
-}
+herdless_fixtures::every_backend!(
+    acceptor_takes_turns_without_the_herd,
+    close_hands_over_then_ends,
+    close_on_a_busy_listener_stops_within_one_accept,
+    drop_wakes_and_joins,
+);

@@ -591,3 +591,43 @@ impl Drop for NoiseProbe {
 pub fn noisy_bound(target: Duration, noise: Duration) -> Duration {
     target + 4 * noise
 }
+
+/// A fresh queue of 8-byte messages, 10 deep, unlinked at once: a non-blocking descriptor for
+/// the members and a blocking one for the senders. `None`, said loudly, where this system has
+/// no message queues. Close both (`mq_close`) when done: an `MqdT` is not closed on drop, and
+/// the system's queue count is shared.
+#[cfg(target_os = "linux")]
+pub fn fresh_queue(tag: &str) -> Option<(nix::mqueue::MqdT, nix::mqueue::MqdT)> {
+    use nix::mqueue::{mq_open, mq_unlink, MQ_OFlag, MqAttr};
+    use nix::sys::stat::Mode;
+    let name = format!("/herdless-test-{}-{tag}", std::process::id());
+    let _ = mq_unlink(name.as_str());
+    let attr = MqAttr::new(0, 10, 8, 0);
+    let mode = Mode::S_IRUSR | Mode::S_IWUSR;
+    let flags = MQ_OFlag::O_CREAT | MQ_OFlag::O_RDONLY | MQ_OFlag::O_NONBLOCK;
+    // The system's queue count (`queues_max`) is shared with every other program: a full
+    // count is waited out (bounded), not taken for a system without queues.
+    let start = Instant::now();
+    let opened = loop {
+        match mq_open(name.as_str(), flags, mode, Some(&attr)) {
+            Err(nix::errno::Errno::ENOSPC) if start.elapsed() < WAIT_BOUND => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(nix::errno::Errno::ENOSPC) => {
+                panic!("no queue free in the system for {WAIT_BOUND:?}")
+            }
+            other => break other,
+        }
+    };
+    let read = match opened {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("SKIPPED: no POSIX message queue on this system (mq_open: {e})");
+            println!("SKIPPED: no POSIX message queue on this system (mq_open: {e})");
+            return None;
+        }
+    };
+    let write = mq_open(name.as_str(), MQ_OFlag::O_WRONLY, mode, None).expect("mq_open");
+    mq_unlink(name.as_str()).unwrap();
+    Some((read, write))
+}

@@ -439,7 +439,7 @@ impl NativeWaiter {
                 self.rebuild()?;
                 // The stale entry may have taken the wake-up of a file other members watch (a
                 // shared descriptor this member closed): an idle member looks.
-                ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+                ring_idle(&self.shared, &self.bells, Some(self.me));
             }
             if !events.is_empty() || notified {
                 return Ok(events.len());

@@ -22,7 +22,6 @@ pub(crate) enum NativeWaiter {}
 pub(crate) fn ring_idle(
     _shared: &crate::shared::SharedState,
     _bells: &crate::doorbell::Doorbells,
-    _after: u32,
     _except: Option<u32>,
 ) -> bool {
     false

@@ -104,11 +104,11 @@ impl GroupInner {
                 Backend::Emulated => self.protocol().reap(m, seen),
                 // The kernel forgot the dead process's epoll entries: nothing to clear. But a
                 // readiness on its ready list went with it: an idle member looks (the next one
-                // after it, as a hand-on from it would go).
+                // in the group's hand-on order).
                 _ => {
                     let reaped = members.reap(m, seen, me, |_, _| {});
                     if let (true, Some(bells)) = (reaped, &self.native_bells) {
-                        crate::platform::ring_idle(&self.shared, bells, m, None);
+                        crate::platform::ring_idle(&self.shared, bells, None);
                     }
                     reaped
                 }

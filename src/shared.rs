@@ -92,6 +92,10 @@ pub(crate) struct Header {
     /// A member that dies inside its wait leaves one too many, which only means a rotation
     /// more; the emulation keeps IDLE and BUSY in the member table instead.
     pub native_waiting: AtomicU32,
+    /// Where the native hand-on looks for an idle member to ring next (a slot number): each
+    /// ring starts here and leaves it just past the member rung, so the group's hand-ons go
+    /// round the slots in turn, whoever rings (`platform/linux/hand_on.rs`).
+    pub native_ring_cursor: AtomicU32,
     /// How many exclusive events the native members of the group were handed in all: a member
     /// notes the count when it is handed one, and if the count moved by the time it consumed
     /// it, another event came while it held its own (see `native_overlap`).
@@ -243,6 +247,7 @@ impl Memory {
             first_pid: zero32(),
             spans_processes: zero32(),
             native_waiting: zero32(),
+            native_ring_cursor: zero32(),
             native_handed: zero64(),
             native_overlap_at: zero64(),
             native_last_event_ns: zero64(),

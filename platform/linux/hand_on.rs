@@ -10,11 +10,14 @@
 //! member left). Here a member that gives a descriptor up (`consumed`, its leave, or a reap of a
 //! dead member) while it is still ready (a zero-timeout `poll`) rings the door bell
 //! (`crate::doorbell`, the emulation's bells: abstract datagram sockets any process of the
-//! group reaches, an eventfd within the process) of one idle member, the next one after it in
-//! slot order whose bell is not rung already; the rung member looks at its exclusive
-//! descriptors with one zero-timeout `poll` and hands out what is ready, as if the kernel had
-//! woken it. A chain of hand-ons, each to the member after the last, serves a backlog in slot
-//! order. The `poll` is paid only on `consumed` while another member is inside its wait (else
+//! group reaches, an eventfd within the process) of one idle member, the next one in slot order
+//! after the group's last rung member (a cursor in the shared header) whose bell is not rung
+//! already; the rung member looks at its exclusive descriptors with one zero-timeout `poll` and
+//! hands out what is ready, as if the kernel had woken it. Hand-ons go round the slots in turn,
+//! whoever rings: a ring to "the next idle member after the ringer" instead sent most rings to
+//! the member just past a run of busy ones (100 exec'd servers on one queue under load: one
+//! served 1 000–1 465 requests of 20 000 where the others served about 200, Jain 0.70–0.85 in 3
+//! runs of 10). The `poll` is paid only on `consumed` while another member is inside its wait (else
 //! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
 //! (a member that comes back at once takes a backlog itself), on leave, and by the rung
 //! member. A member that dies (or exits without leaving) is found by the others' sweep
@@ -59,19 +62,19 @@ const QUICK: Duration = Duration::from_micros(100);
 /// The epoll data value of the member's door bell (above every token: see `crate::registry`).
 pub(super) const BELL_DATA: u64 = u64::MAX - 1;
 
-/// Rings the door bell of the first idle member after slot `after` (in slot order, wrapping),
-/// other than `except`, whose bell is not rung already; returns whether it rang one. A rung
-/// member looks at its exclusive descriptors; one with its bell rung and not yet drained will
-/// look anyway.
-pub(crate) fn ring_idle(
-    shared: &SharedState,
-    bells: &Doorbells,
-    after: u32,
-    except: Option<u32>,
-) -> bool {
+/// Rings the door bell of the first idle member from the group's ring cursor on (in slot order,
+/// wrapping), other than `except`, whose bell is not rung already, and moves the cursor past
+/// it; returns whether it rang one. A rung member looks at its exclusive descriptors; one with
+/// its bell rung and not yet drained will look anyway.
+pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<u32>) -> bool {
     let high = shared.high();
-    for i in 1..=high {
-        let m = (after + i) % high;
+    if high == 0 {
+        return false;
+    }
+    let cursor = &shared.header().native_ring_cursor;
+    let start = cursor.load(SeqCst);
+    for i in 0..high {
+        let m = (start + i) % high;
         if Some(m) == except {
             continue;
         }
@@ -84,6 +87,9 @@ pub(crate) fn ring_idle(
             continue; // another ringer came first
         }
         bells.ring(m, life.generation());
+        // A plain store: two ringers racing may leave it at either one's member, and either is
+        // past a member just rung.
+        cursor.store((m + 1) % high, SeqCst);
         return true;
     }
     false
@@ -127,7 +133,7 @@ impl NativeWaiter {
             _ => registry::still_ready(fd, reg.interest),
         };
         if ready {
-            ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+            ring_idle(&self.shared, &self.bells, Some(self.me));
         }
     }
 
@@ -156,7 +162,7 @@ impl NativeWaiter {
             registry::still_ready(*fd, reg.interest)
         });
         if ready {
-            ring_idle(&self.shared, &self.bells, self.me, Some(self.me));
+            ring_idle(&self.shared, &self.bells, Some(self.me));
         }
     }
 

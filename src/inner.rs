@@ -67,7 +67,7 @@ impl GroupInner {
     }
 
     /// The group's settings (as its shared preamble holds them).
-    #[cfg_attr(not(unix), allow(dead_code))] // named groups only
+    #[cfg_attr(any(not(unix), loom), allow(dead_code))] // named groups only
     pub(crate) fn settings(&self) -> Settings {
         Settings {
             backend: self.backend,

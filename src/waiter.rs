@@ -413,7 +413,7 @@ impl Waiter {
     /// ```
     // Where there is no native backend its arm cannot run; the compiler says so.
     #[cfg_attr(
-        not(any(target_os = "linux", target_os = "android")),
+        any(not(any(target_os = "linux", target_os = "android")), loom),
         allow(unreachable_code)
     )]
     pub fn notifier(&self) -> Notifier {

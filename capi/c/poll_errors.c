@@ -31,6 +31,18 @@ static void check(const char *what, long got, long want) {
     failures += got != want;
 }
 
+/* herdless_poll's answer to an interrupted wait, as poll(2) gives it: -1, errno EINTR, and
+ * herdless_last_error() HERDLESS_EINTR. */
+static void check_poll_eintr(const char *what, int rc, int err) {
+    char line[160];
+    snprintf(line, sizeof line, "%s: herdless_poll returns -1", what);
+    check(line, rc, -1);
+    snprintf(line, sizeof line, "%s: herdless_poll errno EINTR", what);
+    check(line, err, EINTR);
+    snprintf(line, sizeof line, "%s: herdless_last_error is HERDLESS_EINTR", what);
+    check(line, herdless_last_error(), HERDLESS_EINTR);
+}
+
 static herdless_waiter w;
 
 /* A pipe whose read end is non-blocking, as a descriptor shared with HERDLESS_POLLEXCL must be
@@ -125,12 +137,7 @@ static void interrupted(const char *what, int fd, int flags) {
     alarm_in_ms(50, 0);
     rc = herdless_poll(w, &pfd, 1, 5000);
     err = errno;
-    snprintf(line, sizeof line, "%s: herdless_poll returns -1", what);
-    check(line, rc, -1);
-    snprintf(line, sizeof line, "%s: herdless_poll errno EINTR", what);
-    check(line, err, EINTR);
-    snprintf(line, sizeof line, "%s: herdless_last_error is HERDLESS_EINTR", what);
-    check(line, herdless_last_error(), HERDLESS_EINTR);
+    check_poll_eintr(what, rc, err);
     snprintf(line, sizeof line, "%s: the handler ran once before the return", what);
     check(line, alarms, 1);
     snprintf(line, sizeof line, "%s: returned well before the 5 s timeout", what);
@@ -190,12 +197,7 @@ static void interrupted_past_the_signalfd(const char *what, int fd, int how) {
     rc = herdless_poll(w, &pfd, 1, 5000);
     err = errno;
     pthread_join(helper, NULL);
-    snprintf(line, sizeof line, "%s: herdless_poll returns -1", what);
-    check(line, rc, -1);
-    snprintf(line, sizeof line, "%s: herdless_poll errno EINTR", what);
-    check(line, err, EINTR);
-    snprintf(line, sizeof line, "%s: herdless_last_error is HERDLESS_EINTR", what);
-    check(line, herdless_last_error(), HERDLESS_EINTR);
+    check_poll_eintr(what, rc, err);
     snprintf(line, sizeof line, "%s: herdless_poll returned well before its 5 s", what);
     check(line, ms_since(&start) < 4000, 1);
 

@@ -52,11 +52,25 @@ macro_rules! syscall {
     }};
 }
 
+mod deaths;
 mod epoll;
 mod hand_on;
+mod hints;
 mod registration;
 
+pub(crate) use deaths::OnDeath;
+use deaths::DEATH_DATA;
+
+use hints::NativeHints;
+pub(crate) use hints::{check_region, region};
+
 pub(crate) use hand_on::ring_idle;
+
+/// The native backend's part of a reap of member `m` (a dead member): it is no longer counted
+/// among the members inside their kernel wait.
+pub(crate) fn clear_out(shared: &SharedState, m: u32) {
+    NativeHints::of(shared).set_waiting(m, false);
+}
 use hand_on::BELL_DATA;
 
 use epoll::{
@@ -127,6 +141,10 @@ pub(crate) struct NativeWaiter {
     /// `hand_on_if_ready`).
     consumed_at: u64,
     quick: bool,
+    /// Whose death this member watches (`crate::ring`), and the pidfd in `epoll` it watches it
+    /// by (`deaths.rs`).
+    ring: crate::ring::RingWatch,
+    watched: Option<deaths::Watched>,
 }
 
 impl NativeWaiter {
@@ -172,6 +190,8 @@ impl NativeWaiter {
             ready_seen: std::cell::Cell::new(None),
             consumed_at: 0,
             quick: false,
+            ring: crate::ring::RingWatch::default(),
+            watched: None,
         };
         waiter
             .watch_bell(&waiter.epoll)
@@ -215,7 +235,7 @@ impl NativeWaiter {
     fn nobody_to_hand_to(&self) -> bool {
         let shared = &self.shared;
         match self.rotation {
-            Rotation::Adaptive => shared.header().native_waiting.load(SeqCst) == 0,
+            Rotation::Adaptive => !NativeHints::of(shared).anyone_waiting(shared.high()),
             Rotation::Every(_) => shared.high() <= 1,
         }
     }
@@ -232,14 +252,14 @@ impl NativeWaiter {
     /// `ADAPTIVE_BATCH` and at most `STREAM_BATCH`. (Hints in the shared header: races between
     /// members only blur them.)
     fn stream_batch(&self, mark: u64) -> Option<u32> {
-        let header = self.shared.header();
-        let handed = header.native_handed.load(SeqCst);
+        let stream = &NativeHints::of(&self.shared).stream;
+        let handed = stream.handed.load(SeqCst);
         if handed != mark {
-            header.native_overlap_at.store(handed, SeqCst); // this event overlapped another
+            stream.overlap_at.store(handed, SeqCst); // this event overlapped another
         }
-        let overlap_at = header.native_overlap_at.load(SeqCst);
+        let overlap_at = stream.overlap_at.load(SeqCst);
         let overlapping = overlap_at != 0 && handed.wrapping_sub(overlap_at) < turn::STREAM_MEMORY;
-        turn::stream_batch(overlapping, header.native_gap_ns.load(SeqCst))
+        turn::stream_batch(overlapping, stream.gap_ns.load(SeqCst))
     }
 
     /// A member was handed an exclusive event now: the gap since the group's last one goes into
@@ -247,21 +267,21 @@ impl NativeWaiter {
     /// that one pause of the producer does not end a stream; the first gap starts it). A hint:
     /// races between members only blur it.
     fn note_event(&self) {
-        let header = self.shared.header();
+        let stream = &NativeHints::of(&self.shared).stream;
         let now = monotonic_ns();
-        let last = header.native_last_event_ns.swap(now, SeqCst);
+        let last = stream.last_event_ns.swap(now, SeqCst);
         if last == 0 {
             return; // the group's first event: no gap yet
         }
         let gap = now
             .saturating_sub(last)
             .min(turn::STREAM_GAP.as_nanos() as u64 * 2);
-        let average = header.native_gap_ns.load(SeqCst);
+        let average = stream.gap_ns.load(SeqCst);
         let average = match average {
             0 => gap,
             _ => average - average / 32 + gap / 32,
         };
-        header.native_gap_ns.store(average.max(1), SeqCst);
+        stream.gap_ns.store(average.max(1), SeqCst);
     }
 
     /// The caller consumed an event of the exclusive `fd`: does this member's turn end, and its
@@ -309,7 +329,7 @@ impl NativeWaiter {
     /// ahead of it only rotates sooner, never later.
     fn ahead_of_share(&self, batch: u32) -> bool {
         let members = u64::from(self.shared.high().max(1));
-        let share = self.shared.header().native_handed.load(SeqCst) / members;
+        let share = NativeHints::of(&self.shared).stream.handed.load(SeqCst) / members;
         self.total_handed > share + u64::from(batch / 2)
     }
 
@@ -319,16 +339,16 @@ impl NativeWaiter {
         }
     }
 
-    /// Waits for events. `sweep` reaps the members of other processes that died (and hands on
-    /// what they held: `GroupInner::reap_dead_members`); it runs every `hand_on::SWEEP` of a
-    /// wait with nothing to hand out, in a group that spans processes, while this member has
-    /// an exclusive registration (a dead member's readiness is nobody's until then).
+    /// Waits for events. `on_death` clears out the slots of a process that died (and hands on
+    /// what they held: `GroupInner::reap_process`); it runs when the pidfd of this member's
+    /// neighbour fires (`deaths.rs`), or, where no pidfd can be had, every `ring::SWEEP` of a
+    /// wait in a group that spans processes while this member has an exclusive registration.
     pub(crate) fn wait(
         &mut self,
         slot: &MemberSlot,
         events: &mut Events,
         timeout: Option<Duration>,
-        sweep: &dyn Fn(),
+        on_death: OnDeath<'_>,
     ) -> Result<usize> {
         self.note_back();
         // Coming back to wait means the last events were consumed.
@@ -353,14 +373,15 @@ impl NativeWaiter {
         if slot.rung.load(SeqCst) != 0 {
             slot.rung.store(0, SeqCst);
         }
-        let sweeping = !looking && !self.exclusive.is_empty() && self.shared.spans_processes();
+        let mut by_event = looking || self.watch_neighbour(on_death);
         loop {
-            let (ms, capped) = hand_on::sweep_cap(timeout_ms(deadline), sweeping);
-            // Counted as waiting (someone to hand a turn to) while inside the kernel wait; a
-            // look is not (it sleeps nowhere, and busy pollers would bounce the shared count's
-            // cache line at every look).
+            let sweeping = !by_event && !self.exclusive.is_empty();
+            let (ms, capped) = deaths::sweep_cap(timeout_ms(deadline), sweeping);
+            // Marked waiting (someone to hand a turn to) while inside the kernel wait; a look is
+            // not (it sleeps nowhere, and busy pollers would bounce the bitmap's line at every
+            // look).
             if !looking {
-                self.shared.header().native_waiting.fetch_add(1, SeqCst);
+                NativeHints::of(&self.shared).set_waiting(self.me, true);
             }
             let res = syscall!(epoll_wait(
                 self.epoll.as_raw_fd(),
@@ -369,7 +390,7 @@ impl NativeWaiter {
                 ms,
             ));
             if !looking {
-                self.shared.header().native_waiting.fetch_sub(1, SeqCst);
+                NativeHints::of(&self.shared).set_waiting(self.me, false);
             }
             let n = match res {
                 Ok(n) => n as usize,
@@ -382,7 +403,8 @@ impl NativeWaiter {
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
             if n == 0 && capped {
-                sweep(); // a dead member's readiness is handed on through a bell: wait again
+                on_death(None); // a dead member's readiness is handed on through a bell
+                by_event = self.watch_neighbour(on_death);
                 continue;
             }
             if n == 0 {
@@ -393,6 +415,7 @@ impl NativeWaiter {
             let mut rung = false;
             let mut noted = false;
             let mut stale = false;
+            let mut died = false;
             for i in 0..n {
                 let ev = self.buffer[i];
                 let (data, flags) = (ev.u64, ev.events);
@@ -403,6 +426,10 @@ impl NativeWaiter {
                 }
                 if data == BELL_DATA {
                     rung = true; // handed on: see below
+                    continue;
+                }
+                if data == DEATH_DATA {
+                    died = true; // the neighbour's process ended: see below
                     continue;
                 }
                 let (fd, _) = registry::untoken(data);
@@ -428,6 +455,11 @@ impl NativeWaiter {
                     continue;
                 }
                 noted |= self.hand_out(fd, flags, events);
+            }
+            if died {
+                // Its dead slots are cleared out first: their reap rings an idle member for a
+                // readiness the dead took with it (this one, maybe: its bell is looked at next).
+                by_event = self.neighbour_died(on_death);
             }
             if rung {
                 noted |= self.take_handed_on(events, max);
@@ -469,7 +501,7 @@ impl NativeWaiter {
         if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
             reg.handed += 1;
             if self.rotation == Rotation::Adaptive {
-                let handed = &self.shared.header().native_handed;
+                let handed = &NativeHints::of(&self.shared).stream.handed;
                 reg.mark = handed.fetch_add(1, SeqCst) + 1;
                 self.total_handed += 1;
                 noted = true;
@@ -495,6 +527,7 @@ impl Drop for NativeWaiter {
     /// The member leaves: what it gives up goes to an idle member (`hand_on`), then its bell
     /// is unbound.
     fn drop(&mut self) {
+        self.unwatch();
         self.hand_on_at_leave();
         if let Some(bell) = self.bell.take() {
             self.bells.unbind(self.me, bell);

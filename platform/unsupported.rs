@@ -27,6 +27,29 @@ pub(crate) fn ring_idle(
     false
 }
 
+/// What a member does about a death (see the Linux backend's).
+pub(crate) type OnDeath<'a> = &'a dyn Fn(Option<u32>);
+
+/// No native group is built here: its region is empty.
+pub(crate) fn region(_settings: &crate::shared::Settings) -> crate::shared::RegionSpec {
+    crate::shared::RegionSpec {
+        len: 0,
+        set_up: |_| {},
+        #[cfg(loom)]
+        make: |_| Box::new(()),
+    }
+}
+
+/// No native group is opened here.
+pub(crate) fn check_region(
+    _shared: &crate::shared::SharedState,
+) -> std::result::Result<(), String> {
+    Err(probe().unwrap_err())
+}
+
+/// No native member is reaped here.
+pub(crate) fn clear_out(_shared: &crate::shared::SharedState, _m: u32) {}
+
 #[derive(Clone)]
 pub(crate) enum NativeNotifier {}
 
@@ -57,7 +80,7 @@ impl NativeWaiter {
         _: &MemberSlot,
         _: &mut Events,
         _: Option<Duration>,
-        _: &dyn Fn(),
+        _: OnDeath<'_>,
     ) -> Result<usize> {
         match *self {}
     }

@@ -68,4 +68,14 @@ pub const ADAPTIVE_BATCH: u32 = 16;
 /// The default number of member slots.
 pub const DEFAULT_MAX_MEMBERS: usize = 64;
 /// The most member slots a group may have.
-pub const MAX_MEMBERS_LIMIT: usize = 4096;
+pub const MAX_MEMBERS_LIMIT: usize = 16384;
+
+/// How many distinct exclusive descriptors the members of an emulated group may have
+/// registered at once, unless `GroupBuilder::max_exclusive_descriptors` says otherwise (the
+/// native backend keeps no such table: its kernel is the limit).
+pub const DEFAULT_MAX_EXCLUSIVE: usize = 1024;
+/// The most distinct exclusive descriptors an emulated group may watch at once.
+pub const MAX_EXCLUSIVE_LIMIT: usize = 65536;
+/// Internal name of [`MAX_EXCLUSIVE_LIMIT`]: each such descriptor is a *source* of the
+/// emulation's token protocol.
+pub(crate) const MAX_SOURCES_LIMIT: usize = MAX_EXCLUSIVE_LIMIT;

@@ -10,9 +10,12 @@
 
 use std::sync::Arc;
 
-use crate::contract::{Backend, Rotation, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
+use crate::contract::{
+    Backend, Rotation, DEFAULT_MAX_EXCLUSIVE, DEFAULT_MAX_MEMBERS, MAX_EXCLUSIVE_LIMIT,
+    MAX_MEMBERS_LIMIT,
+};
 use crate::error::{Error, Result};
-use crate::inner::GroupInner;
+use crate::inner::{region_for, GroupInner};
 use crate::shared::{Settings, SharedState};
 use crate::stats::{member_stats, MemberStats};
 use crate::waiter::Waiter;
@@ -35,6 +38,7 @@ pub struct GroupBuilder {
     backend: Backend,
     rotation: Rotation,
     max_members: usize,
+    max_exclusive: usize,
     name: Option<String>,
     mode: u32,
 }
@@ -63,12 +67,35 @@ impl GroupBuilder {
         self
     }
 
-    /// How many members may join (default 64, at most [`MAX_MEMBERS_LIMIT`], 4096): set it to
-    /// the number of workers you start, or [`Group::join`] fails with [`Error::GroupFull`] for
-    /// the 65th. A slot costs one cache line of shared memory and no descriptor: a process
-    /// holds descriptors for its own members only. Example: see [`GroupBuilder`].
+    /// How many members may join (default 64, at most [`MAX_MEMBERS_LIMIT`], 16 384): set it
+    /// to the number of workers you start, or [`Group::join`] fails with [`Error::GroupFull`]
+    /// for the 65th. A slot costs one cache line of shared memory and no descriptor: a process
+    /// holds descriptors for its own members only, and a join costs the same in a large group
+    /// as in a small one. Example: see [`GroupBuilder`].
     pub fn max_members(mut self, n: usize) -> Self {
         self.max_members = n;
+        self
+    }
+
+    /// How many distinct exclusive descriptors the members of an emulated group may have
+    /// registered at once (default [`DEFAULT_MAX_EXCLUSIVE`], 1024; at most
+    /// [`MAX_EXCLUSIVE_LIMIT`]): past it, an exclusive [`Waiter::add`] fails with
+    /// [`Error::TooManySources`]. A descriptor no member has registered any more frees its
+    /// place, so a group whose services come and go lives for ever within it. Each place costs
+    /// 128 bytes of shared memory and a bit per member slot. The native backend keeps no such
+    /// table: the setting is ignored there.
+    ///
+    /// ```
+    /// use herdless::{Backend, Group};
+    /// let group = Group::builder()
+    ///     .backend(Backend::Emulated)
+    ///     .max_exclusive_descriptors(4096) // servers that each poll several queues of their own
+    ///     .build()?;
+    /// assert_eq!(group.max_exclusive_descriptors(), Some(4096));
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
+    pub fn max_exclusive_descriptors(mut self, n: usize) -> Self {
+        self.max_exclusive = n;
         self
     }
 
@@ -148,10 +175,22 @@ impl GroupBuilder {
                 Err(_) => Backend::Emulated,
             },
         };
+        if self.max_exclusive == 0 || self.max_exclusive > MAX_EXCLUSIVE_LIMIT {
+            return Err(Error::InvalidSetting {
+                reason: format!(
+                    "max_exclusive_descriptors must be between 1 and {MAX_EXCLUSIVE_LIMIT}, not {}",
+                    self.max_exclusive
+                ),
+            });
+        }
         let settings = Settings {
             backend,
             rotation: self.rotation,
             capacity: self.max_members,
+            sources: match backend {
+                Backend::Emulated => self.max_exclusive,
+                _ => 0,
+            },
         };
         if let Some(name) = &self.name {
             if self.mode > 0o777 {
@@ -162,9 +201,15 @@ impl GroupBuilder {
                     ),
                 });
             }
-            return named_group(name, Some((settings, self.backend, self.mode)));
+            let create = Create {
+                settings,
+                asked_backend: self.backend,
+                max_exclusive: self.max_exclusive,
+                mode: self.mode,
+            };
+            return named_group(name, Some(create));
         }
-        let shared = SharedState::new(settings)?;
+        let shared = SharedState::new(settings, region_for(&settings))?;
         let live = crate::liveness::Liveness::new(self.max_members)?;
         GroupInner::new(shared, live, None).map(|inner| Group {
             inner: Arc::new(inner),
@@ -181,15 +226,10 @@ static NAMED: std::sync::Mutex<Vec<(String, std::sync::Weak<GroupInner>)>> =
 
 /// Opens (`create`: `None`) or creates-or-opens the named group.
 #[cfg(all(unix, not(loom)))]
-fn named_group(name: &str, create: Option<(Settings, Backend, u32)>) -> Result<Group> {
-    use crate::named::{self, Create, Request};
+fn named_group(name: &str, create: Option<Create>) -> Result<Group> {
+    use crate::named::{self, Request};
     let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|(_, g)| g.strong_count() > 0);
-    let create = create.map(|(settings, asked_backend, mode)| Create {
-        settings,
-        asked_backend,
-        mode,
-    });
     if let Some(inner) = open
         .iter()
         .find(|(n, _)| n == name)
@@ -200,7 +240,11 @@ fn named_group(name: &str, create: Option<(Settings, Backend, u32)>) -> Result<G
         }
         return Ok(Group { inner });
     }
-    let segment = named::open(&Request { name, create })?;
+    let segment = named::open(&Request {
+        name,
+        create,
+        region: region_for,
+    })?;
     let capacity = segment.shared.capacity() as usize;
     let live = crate::liveness::Liveness::on_file(segment.file, capacity);
     let inner = Arc::new(GroupInner::new(
@@ -212,8 +256,22 @@ fn named_group(name: &str, create: Option<(Settings, Backend, u32)>) -> Result<G
     Ok(Group { inner })
 }
 
+/// The settings of a named group to create, and how they were asked for.
+#[derive(Clone, Copy)]
+pub(crate) struct Create {
+    /// The settings, backend resolved.
+    pub settings: Settings,
+    /// The backend as asked: `Auto` takes any backend an existing group has.
+    pub asked_backend: Backend,
+    /// The source table's size as asked (an existing emulated group must have it, whichever
+    /// backend `Auto` resolved to here).
+    pub max_exclusive: usize,
+    /// The permission bits of a new object.
+    pub mode: u32,
+}
+
 #[cfg(not(all(unix, not(loom))))]
-fn named_group(_name: &str, _create: Option<(Settings, Backend, u32)>) -> Result<Group> {
+fn named_group(_name: &str, _create: Option<Create>) -> Result<Group> {
     Err(Error::Unsupported {
         what: "a named group",
         reason: "named groups live in POSIX shared memory (Unix); on Windows build the group \
@@ -263,6 +321,7 @@ impl Group {
             backend: Backend::Auto,
             rotation: Rotation::Adaptive,
             max_members: DEFAULT_MAX_MEMBERS,
+            max_exclusive: DEFAULT_MAX_EXCLUSIVE,
             name: None,
             mode: 0o600,
         }
@@ -332,6 +391,17 @@ impl Group {
     /// How many members may join. Example: see [`Group`].
     pub fn max_members(&self) -> usize {
         self.inner.shared.capacity() as usize
+    }
+
+    /// How many distinct exclusive descriptors the group's members may have registered at
+    /// once: [`GroupBuilder::max_exclusive_descriptors`] for an emulated group; `None` for a
+    /// native one, which keeps no such table. Example: see
+    /// [`GroupBuilder::max_exclusive_descriptors`].
+    pub fn max_exclusive_descriptors(&self) -> Option<usize> {
+        match self.inner.backend {
+            Backend::Emulated => Some(self.inner.shared.settings().sources),
+            _ => None,
+        }
     }
 
     /// Joins the group: one Waiter per thread or process, each with its own kernel poll

@@ -4,14 +4,25 @@
 //! (`group.rs` builds it and hands it to `waiter.rs`); above the backends, which get from it
 //! only what they need (the emulation: the protocol's view, [`GroupInner::protocol`]).
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 use crate::contract::{Backend, Rotation};
 use crate::doorbell::Doorbells;
 use crate::emulated::{EmulatedGroup, Protocol};
+use crate::error::Error;
 use crate::error::Result;
 use crate::members::Members;
-use crate::shared::{Settings, SharedState};
+use crate::shared::{RegionSpec, Settings, SharedState};
+
+/// What a group of these settings keeps in its shared memory after the member slots: its
+/// backend's region (the emulation's source table, the native backend's hints).
+pub(crate) fn region_for(settings: &Settings) -> RegionSpec {
+    match settings.backend {
+        Backend::Emulated => crate::emulated::region(settings),
+        _ => crate::platform::region(settings),
+    }
+}
 
 /// What all members of a group share.
 pub(crate) struct GroupInner {
@@ -44,8 +55,17 @@ impl GroupInner {
         // for ever (seen: the door bells ask for the id at every join).
         crate::pid::current();
         let settings = shared.settings();
+        // A named group's region, written by another process, is checked before it is used.
+        let region = match settings.backend {
+            Backend::Emulated => crate::emulated::check_region(&shared),
+            _ => crate::platform::check_region(&shared),
+        };
+        region.map_err(|reason| Error::CorruptGroup {
+            name: name.clone().unwrap_or_default(),
+            reason,
+        })?;
         let emulation = match settings.backend {
-            Backend::Emulated => Some(EmulatedGroup::new(shared.incarnation(), settings.capacity)?),
+            Backend::Emulated => Some(EmulatedGroup::new(&shared)?),
             _ => None,
         };
         let native_bells = match settings.backend {
@@ -66,14 +86,10 @@ impl GroupInner {
         })
     }
 
-    /// The group's settings (as its shared preamble holds them).
+    /// The group's settings (as its shared preamble held them when it was opened).
     #[cfg_attr(any(not(unix), loom), allow(dead_code))] // named groups only
     pub(crate) fn settings(&self) -> Settings {
-        Settings {
-            backend: self.backend,
-            rotation: self.rotation,
-            capacity: self.shared.capacity() as usize,
-        }
+        self.shared.settings()
     }
 
     /// The emulation's view of this group (its protocol's shared state, door bells, liveness
@@ -90,29 +106,50 @@ impl GroupInner {
         Members::new(&self.shared, &self.live)
     }
 
-    /// Finds members whose process died without leaving (and reaps whose reaper died) and
-    /// clears their slots out (the emulation also frees what they held and passes their tokens
-    /// on), so that the slots can be joined again.
-    pub(crate) fn reap_dead_members(&self) {
+    /// Clears out the slots of members of process `pid` (of every process: `None`) that died
+    /// without leaving, and reaps whose reaper died, so that what they held is handed on and
+    /// their slots can be joined again: the emulation frees their holds and passes their tokens
+    /// on; natively a readiness on a dead member's ready list went with it, so an idle member
+    /// looks (the next one in the group's hand-on order).
+    pub(crate) fn reap_dead(&self, pid: Option<u32>) {
+        if self.emulation.is_some() {
+            self.protocol().reap_dead(pid);
+            return;
+        }
         let members = self.members();
         let me = std::process::id();
         for m in 0..self.shared.high() {
+            if pid.is_some_and(|p| self.shared.member(m).pid.load(SeqCst) != p) {
+                continue;
+            }
             let Some(seen) = members.dead(m, me) else {
                 continue;
             };
-            match self.backend {
-                Backend::Emulated => self.protocol().reap(m, seen),
-                // The kernel forgot the dead process's epoll entries: nothing to clear. But a
-                // readiness on its ready list went with it: an idle member looks (the next one
-                // in the group's hand-on order).
-                _ => {
-                    let reaped = members.reap(m, seen, me, |_, _| {});
-                    if let (true, Some(bells)) = (reaped, &self.native_bells) {
-                        crate::platform::ring_idle(&self.shared, bells, None);
-                    }
-                    reaped
-                }
-            };
+            let reaped = members.reap(m, seen, me, |slot, _| {
+                crate::platform::clear_out(&self.shared, slot)
+            });
+            if let (true, Some(bells)) = (reaped, &self.native_bells) {
+                crate::platform::ring_idle(&self.shared, bells, None);
+            }
         }
     }
+}
+
+/// The shared state of a new group of `capacity` members on `backend`, for the unit tests and
+/// models that set the scene by hand (a small source table under the model checker, which
+/// explores every interleaving of every access).
+#[cfg(test)]
+pub(crate) fn test_state(backend: Backend, capacity: usize) -> SharedState {
+    let sources = match backend {
+        Backend::Emulated if cfg!(loom) => 2,
+        Backend::Emulated => crate::contract::DEFAULT_MAX_EXCLUSIVE,
+        _ => 0,
+    };
+    let settings = Settings {
+        backend,
+        rotation: Rotation::Adaptive,
+        capacity,
+        sources,
+    };
+    SharedState::new(settings, region_for(&settings)).expect("a test group's shared state")
 }

@@ -104,6 +104,7 @@ mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
 mod registry;
+mod ring;
 mod shared;
 mod source;
 mod stats;
@@ -113,7 +114,10 @@ pub mod tokio;
 mod turn;
 mod waiter;
 
-pub use contract::{Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
+pub use contract::{
+    Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_EXCLUSIVE, DEFAULT_MAX_MEMBERS,
+    MAX_EXCLUSIVE_LIMIT, MAX_MEMBERS_LIMIT,
+};
 pub use error::{Error, RawSource, Result};
 pub use group::{Group, GroupBuilder};
 pub use interest::{Event, Events, Interest};

@@ -108,7 +108,7 @@ impl Liveness {
     /// (it marks `counted_for` with its pid and [`RESETTING`] by compare-and-swap), the other
     /// waits for it, so no count taken after the reset is lost to it. A mark left by another
     /// process (a fork in the middle of a reset) is taken over.
-    fn count(&self, slot: u32) -> &std::sync::atomic::AtomicU32 {
+    fn count(&self, slot: u32) -> Option<&std::sync::atomic::AtomicU32> {
         use std::sync::atomic::Ordering::SeqCst;
         let me = std::process::id();
         loop {
@@ -132,14 +132,17 @@ impl Liveness {
                 break;
             }
         }
-        &self.holds[slot as usize]
+        // A slot out of range comes from a damaged group's memory: no hold of it is counted.
+        self.holds.get(slot as usize)
     }
 
     /// Marks `slot` held by this process (counted: each hold is matched by one `release`).
     /// Ok(false) if another process holds it.
     pub(crate) fn try_hold(&self, slot: u32, _me: u32) -> std::io::Result<bool> {
         use std::sync::atomic::Ordering::SeqCst;
-        let count = self.count(slot);
+        let Some(count) = self.count(slot) else {
+            return Ok(false);
+        };
         loop {
             let c = count.load(SeqCst);
             if c & BUSY != 0 {
@@ -165,7 +168,9 @@ impl Liveness {
     /// Drops one hold of `slot` by this process; the lock goes with the last.
     pub(crate) fn release(&self, slot: u32, _me: u32) {
         use std::sync::atomic::Ordering::SeqCst;
-        let count = self.count(slot);
+        let Some(count) = self.count(slot) else {
+            return;
+        };
         loop {
             let c = count.load(SeqCst);
             if c & BUSY != 0 {
@@ -244,7 +249,9 @@ impl Liveness {
     }
     pub(crate) fn try_hold(&self, slot: u32, me: u32) -> std::io::Result<bool> {
         use std::sync::atomic::Ordering::SeqCst;
-        let h = &self.holders[slot as usize];
+        let Some(h) = self.holders.get(slot as usize) else {
+            return Ok(false);
+        };
         loop {
             let v = h.load(SeqCst);
             let next = match v {
@@ -259,7 +266,9 @@ impl Liveness {
     }
     pub(crate) fn release(&self, slot: u32, me: u32) {
         use std::sync::atomic::Ordering::SeqCst;
-        let h = &self.holders[slot as usize];
+        let Some(h) = self.holders.get(slot as usize) else {
+            return;
+        };
         loop {
             let v = h.load(SeqCst);
             if v == 0 || (v >> 32) as u32 != me {
@@ -273,7 +282,10 @@ impl Liveness {
     }
     pub(crate) fn is_held_by_other(&self, slot: u32, me: u32) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
-        let v = self.holders[slot as usize].load(SeqCst);
+        let v = self
+            .holders
+            .get(slot as usize)
+            .map_or(1, |h| h.load(SeqCst));
         v != 0 && (v >> 32) as u32 != me
     }
     pub(crate) fn process_gone(&self, pid: u32) -> bool {

@@ -77,7 +77,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use crate::error::{Error, Result};
 use crate::liveness::Liveness;
-use crate::shared::SharedState;
+use crate::shared::{SharedState, NONE};
 use crate::sync::{AtomicU32, AtomicU64};
 
 /// The life of a member slot (the low bits of its [`Life`] word).
@@ -260,8 +260,9 @@ impl MemberSlot {
         self.notified.load(SeqCst) == notified_tag(generation)
     }
 
-    /// A slot of zeroes (under the model checker, where the memory is not a zeroed mapping).
-    #[cfg(loom)]
+    /// A slot of zeroes: under the model checker, where the memory is not a zeroed mapping, and
+    /// as a process's spare slot (what an out-of-range slot number read from a damaged group
+    /// gets, `SharedState::member`).
     pub(crate) fn zeroed() -> MemberSlot {
         MemberSlot {
             life: LifeWord(AtomicU64::new(0)),
@@ -343,74 +344,116 @@ impl<'a> Members<'a> {
         self.shared.member(m)
     }
 
-    /// Takes a slot for a new member of process `pid`: a never-used one first, then one whose
-    /// member left, then one whose member died. The slot is JOINING, its liveness byte held,
-    /// its counters cleared and its pid in place; it counts as joined once published.
+    /// Takes a slot for a new member of process `pid`: a never-used one first (the header's
+    /// `fresh` cursor, so a join does not look at the slots below it), then the one given up
+    /// last (`reuse_hint`), then any whose member left or died (a look at every slot, only once
+    /// no slot is fresh). The slot is JOINING, its liveness byte held, its counters cleared and
+    /// its pid in place; it counts as joined once published.
     ///
     /// # Errors
     ///
     /// [`Error::GroupFull`] when no slot is free; [`Error::Io`] if the liveness lock fails for
     /// another reason than being held.
     pub(crate) fn claim(&self, pid: u32) -> Result<Joining> {
+        let header = self.shared.header();
+        let capacity = self.shared.capacity();
+        loop {
+            let m = header.fresh.load(SeqCst);
+            if m >= capacity {
+                break;
+            }
+            let seen = self.slot(m).life.load();
+            if seen.state() == state::FREE {
+                if let Some(claim) = self.try_claim(m, seen, pid)? {
+                    return Ok(claim);
+                }
+            }
+            // Taken (by another joiner, or given back): the cursor moves past it.
+            let _ = header.fresh.compare_exchange(m, m + 1, SeqCst, SeqCst);
+        }
+        let hint = header.reuse_hint.swap(NONE, SeqCst);
+        if hint < capacity {
+            let seen = self.slot(hint).life.load();
+            if matches!(seen.state(), state::LEFT | state::DEAD) {
+                if let Some(claim) = self.try_claim(hint, seen, pid)? {
+                    return Ok(claim);
+                }
+            }
+        }
         for wanted in [state::FREE, state::LEFT, state::DEAD] {
-            for m in 0..self.shared.capacity() {
-                let slot = self.slot(m);
-                let seen = slot.life.load();
+            for m in 0..capacity {
+                let seen = self.slot(m).life.load();
                 if seen.state() != wanted {
                     continue;
                 }
-                let joining = Life::new(state::JOINING, seen.generation().wrapping_add(1), pid);
-                if slot.life.swap(seen, joining).is_err() {
-                    continue; // another joiner took it
+                if let Some(claim) = self.try_claim(m, seen, pid)? {
+                    return Ok(claim);
                 }
-                let claim = Joining {
-                    membership: Membership {
-                        member: m,
-                        generation: joining.generation(),
-                        pid,
-                    },
-                };
-                match self.hold_patiently(m, pid) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        // Still held after a long wait: someone stopped between giving the
-                        // slot up and dropping its byte. Give it back, try the next.
-                        let _ = slot.life.swap(joining, joining.to(state::LEFT, 0));
-                        continue;
-                    }
-                    Err(e) => {
-                        let _ = slot.life.swap(joining, joining.to(state::LEFT, 0));
-                        return Err(Error::io("taking a member's liveness lock", e));
-                    }
-                }
-                for c in [
-                    &slot.wakeups,
-                    &slot.events,
-                    &slot.empty_wakeups,
-                    &slot.token_wakeups,
-                ] {
-                    c.reset();
-                }
-                slot.notified.store(0, SeqCst);
-                // A member killed while it spun leaves the flag set: its successor in the
-                // slot must get its door bell rung.
-                slot.spinning.store(0, SeqCst);
-                // Likewise a bell marked rung by a ringer that died before it wrote.
-                slot.rung.store(0, SeqCst);
-                slot.pid.store(pid, SeqCst);
-                let header = self.shared.header();
-                header.high.fetch_max(m + 1, SeqCst);
-                if let Err(other) = header.first_pid.compare_exchange(0, pid, SeqCst, SeqCst) {
-                    if other != pid {
-                        header.spans_processes.store(1, SeqCst);
-                    }
-                }
-                return Ok(claim);
             }
         }
         Err(Error::GroupFull {
-            max: self.shared.capacity() as usize,
+            max: capacity as usize,
         })
+    }
+
+    /// Claims slot `m`, seen free, left or dead in word `seen`, for process `pid`: None if
+    /// another joiner took it first, or its byte stayed held (it is given back, LEFT).
+    fn try_claim(&self, m: u32, seen: Life, pid: u32) -> Result<Option<Joining>> {
+        let slot = self.slot(m);
+        let joining = Life::new(state::JOINING, seen.generation().wrapping_add(1), pid);
+        if slot.life.swap(seen, joining).is_err() {
+            return Ok(None); // another joiner took it
+        }
+        let claim = Joining {
+            membership: Membership {
+                member: m,
+                generation: joining.generation(),
+                pid,
+            },
+        };
+        match self.hold_patiently(m, pid) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Still held after a long wait: someone stopped between giving the slot up
+                // and dropping its byte. Give it back; the caller tries the next.
+                let _ = slot.life.swap(joining, joining.to(state::LEFT, 0));
+                return Ok(None);
+            }
+            Err(e) => {
+                let _ = slot.life.swap(joining, joining.to(state::LEFT, 0));
+                return Err(Error::io("taking a member's liveness lock", e));
+            }
+        }
+        for c in [
+            &slot.wakeups,
+            &slot.events,
+            &slot.empty_wakeups,
+            &slot.token_wakeups,
+        ] {
+            c.reset();
+        }
+        slot.notified.store(0, SeqCst);
+        // A member killed while it spun leaves the flag set: its successor in the slot must
+        // get its door bell rung.
+        slot.spinning.store(0, SeqCst);
+        // Likewise a bell marked rung by a ringer that died before it wrote.
+        slot.rung.store(0, SeqCst);
+        slot.pid.store(pid, SeqCst);
+        let header = self.shared.header();
+        header.high.fetch_max(m + 1, SeqCst);
+        header.fresh.fetch_max(m + 1, SeqCst);
+        if let Err(other) = header.first_pid.compare_exchange(0, pid, SeqCst, SeqCst) {
+            if other != pid {
+                header.spans_processes.store(1, SeqCst);
+            }
+        }
+        Ok(Some(claim))
+    }
+
+    /// Somebody joined, left or was reaped: members watching their neighbours' deaths look
+    /// again (`crate::ring`).
+    fn roster_changed(&self) {
+        self.shared.header().roster.fetch_add(1, SeqCst);
     }
 
     /// Takes the liveness byte of `m` for `pid`, waiting (bounded) while another process still
@@ -446,6 +489,7 @@ impl<'a> Members<'a> {
             .life
             .swap(me.word(state::JOINING), me.word(state::BUSY))
             .map_err(|_| lost_slot())?;
+        self.roster_changed();
         Ok(me)
     }
 
@@ -501,6 +545,8 @@ impl<'a> Members<'a> {
             .swap(leaving, leaving.to(state::LEFT, 0))
             .is_ok()
         {
+            self.shared.header().reuse_hint.store(me.member, SeqCst);
+            self.roster_changed();
             self.live.release(me.member, me.pid);
         }
     }
@@ -571,6 +617,8 @@ impl<'a> Members<'a> {
             .slot(reap.member)
             .life
             .swap(reap.life, reap.life.to(state::DEAD, 0));
+        self.shared.header().reuse_hint.store(reap.member, SeqCst);
+        self.roster_changed();
         self.live.release(reap.member, reap.life.owner());
     }
 }
@@ -654,7 +702,7 @@ mod tests {
 
     fn table(capacity: usize) -> (SharedState, Liveness) {
         (
-            SharedState::for_tests(capacity).unwrap(),
+            crate::inner::test_state(crate::Backend::Emulated, capacity),
             Liveness::new(capacity).unwrap(),
         )
     }

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use crate::contract::{Backend, Rotation, MAX_MEMBERS_LIMIT};
 use crate::error::{Error, Result};
-use crate::shared::{self, Settings, SharedState, LAYOUT_VERSION, MAGIC};
+pub(crate) use crate::group::Create;
+use crate::shared::{self, RegionSpec, Settings, SharedState, LAYOUT_VERSION, MAGIC};
 
 /// The lock byte every opener holds while it sets up or checks the object.
 const SETUP_BYTE: libc::off_t = 1 << 20;
@@ -61,17 +62,8 @@ pub(crate) struct Request<'a> {
     /// with these settings if there is none (or re-make one nobody uses); an existing group
     /// must have them.
     pub create: Option<Create>,
-}
-
-/// The settings of a group to create, and how they were asked for.
-#[derive(Clone, Copy)]
-pub(crate) struct Create {
-    /// The settings, backend resolved.
-    pub settings: Settings,
-    /// The backend as asked: `Auto` takes any backend an existing group has.
-    pub asked_backend: Backend,
-    /// The permission bits of a new object.
-    pub mode: u32,
+    /// What a group of some settings keeps after its member slots (its backend's region).
+    pub region: fn(&Settings) -> RegionSpec,
 }
 
 /// An opened named group: its shared state and the object (the liveness lock file), with this
@@ -217,7 +209,7 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
         .len();
     // Looked at even by the process that made the object: another opener may have taken the
     // setup lock first and set the group up (and joined it) already.
-    let found = inspect(file, size)?;
+    let found = inspect(file, size, req.region)?;
     let create = match (found, req.create) {
         (Found::Group(ptr, settings), create) => {
             let remake = match create {
@@ -227,19 +219,19 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
             match create {
                 Some(c) if remake => {
                     // Nobody uses it: re-made fresh, with the creator's settings.
-                    unmap(ptr, settings.capacity);
+                    unmap(ptr, size as usize);
                     c
                 }
                 _ => {
                     if let Some(c) = &create {
                         if let Err(e) = check_settings(req.name, &settings, c) {
-                            unmap(ptr, settings.capacity);
+                            unmap(ptr, size as usize);
                             return Err(e);
                         }
                     }
-                    // SAFETY: `inspect` mapped exactly size_for(capacity) bytes, checked.
+                    // SAFETY: `inspect` mapped exactly size_for(capacity, region) bytes, checked.
                     return Ok(Some(unsafe {
-                        SharedState::from_mapping(ptr, settings, false)
+                        SharedState::from_mapping(ptr, settings, (req.region)(&settings), false)
                     }));
                 }
             }
@@ -249,7 +241,13 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
         // Not ours to overwrite, used or not: the caller removes the name (`Group::remove`).
         (Found::Bad(e), _) => return Err(e.into_error(req.name)),
     };
-    set_up(file, req.name, create.settings).map(Some)
+    set_up(
+        file,
+        req.name,
+        create.settings,
+        (req.region)(&create.settings),
+    )
+    .map(Some)
 }
 
 /// What an object holds.
@@ -283,22 +281,26 @@ impl Bad {
     }
 }
 
-/// Reads the preamble of an object of `size` bytes and checks it against the size, mapping the
-/// object only when it is big enough to hold what it is read for.
-fn inspect(file: &File, size: u64) -> Result<Found> {
+/// The largest object that could be a group: the most members with room to spare for a
+/// backend's region (a bound for the first check, before the preamble is read).
+const MAX_GROUP_SIZE: u64 = 1 << 32;
+
+/// Reads the preamble of an object of `size` bytes and checks it against the size (the size a
+/// group of its settings takes with the backend's region `region` gives), mapping the object
+/// only when it is big enough to hold what it is read for.
+fn inspect(file: &File, size: u64, region: fn(&Settings) -> RegionSpec) -> Result<Found> {
     let header = std::mem::size_of::<shared::Header>() as u64;
     if size == 0 {
         return Ok(Found::NotSetUp);
     }
-    if size < header || size > shared::size_for(MAX_MEMBERS_LIMIT) as u64 {
+    if size < header || size > MAX_GROUP_SIZE {
         return Ok(Found::Bad(Bad::Corrupt(format!(
-            "{size} bytes, where a group takes {header} to {} bytes",
-            shared::size_for(MAX_MEMBERS_LIMIT)
+            "{size} bytes, where a group takes {header} to {MAX_GROUP_SIZE} bytes"
         ))));
     }
     let ptr = map(file, size as usize)?;
-    // SAFETY: the mapping is at least a Header long, 64-aligned (page-aligned), and a Header
-    // is all atomics, for which any bytes are a valid value.
+    // SAFETY: the mapping is at least a Header long, page-aligned, and a Header is all atomics,
+    // for which any bytes are a valid value.
     let p = unsafe { &(*ptr.cast::<shared::Header>()).preamble };
     use std::sync::atomic::Ordering::SeqCst;
     let magic = p.magic.load(SeqCst);
@@ -315,12 +317,13 @@ fn inspect(file: &File, size: u64) -> Result<Found> {
             p.backend.load(SeqCst),
             p.rotation.load(SeqCst),
             p.capacity.load(SeqCst),
+            p.sources.load(SeqCst),
         ) {
             Err(field) => Err(Found::Bad(Bad::Corrupt(format!(
                 "its {field} is not valid"
             )))),
             Ok(settings) => {
-                let want = shared::size_for(settings.capacity) as u64;
+                let want = shared::size_for(settings.capacity, region(&settings).len) as u64;
                 if p.size.load(SeqCst) != want || size != want {
                     Err(Found::Bad(Bad::Corrupt(format!(
                         "{size} bytes (its header says {}), where {} members take {want}",
@@ -336,23 +339,23 @@ fn inspect(file: &File, size: u64) -> Result<Found> {
     match verdict {
         Ok(settings) => Ok(Found::Group(ptr, settings)),
         Err(found) => {
-            // SAFETY: our own mapping of `size` bytes, not used after.
-            unsafe { libc::munmap(ptr.cast(), size as usize) };
+            unmap(ptr, size as usize);
             Ok(found)
         }
     }
 }
 
-/// Gives the object a fresh group's size and contents, with `settings`.
-fn set_up(file: &File, name: &str, settings: Settings) -> Result<SharedState> {
-    let size = shared::size_for(settings.capacity);
+/// Gives the object a fresh group's size and contents, with `settings` and the backend's
+/// `region`.
+fn set_up(file: &File, name: &str, settings: Settings, region: RegionSpec) -> Result<SharedState> {
+    let size = shared::size_for(settings.capacity, region.len);
     // Zeroes throughout: cut to nothing, then grown (new bytes of an object read as zero).
     file.set_len(0)
         .and_then(|()| file.set_len(size as u64))
         .map_err(|e| os_error(name, "sizing the named group", e))?;
     let ptr = map(file, size)?;
-    // SAFETY: a fresh mapping of exactly size_for(capacity) bytes, handed over.
-    Ok(unsafe { SharedState::from_mapping(ptr, settings, true) })
+    // SAFETY: a fresh mapping of exactly size_for(capacity, region) bytes, handed over.
+    Ok(unsafe { SharedState::from_mapping(ptr, settings, region, true) })
 }
 
 fn map(file: &File, size: usize) -> Result<*mut u8> {
@@ -376,9 +379,9 @@ fn map(file: &File, size: usize) -> Result<*mut u8> {
     Ok(p.cast())
 }
 
-fn unmap(ptr: *mut u8, capacity: usize) {
-    // SAFETY: our own mapping of size_for(capacity) bytes, not used after.
-    unsafe { libc::munmap(ptr.cast(), shared::size_for(capacity)) };
+fn unmap(ptr: *mut u8, size: usize) {
+    // SAFETY: our own mapping of `size` bytes, not used after.
+    unsafe { libc::munmap(ptr.cast(), size) };
 }
 
 /// Does nobody use the group: no process holds it open, no member's liveness byte is held?
@@ -425,6 +428,13 @@ pub(crate) fn check_settings(name: &str, group: &Settings, asked: &Create) -> Re
             "max_members",
             group.capacity.to_string(),
             asked.settings.capacity.to_string(),
+        );
+    }
+    if group.backend == Backend::Emulated && group.sources != asked.max_exclusive {
+        return differ(
+            "max_exclusive_descriptors",
+            group.sources.to_string(),
+            asked.max_exclusive.to_string(),
         );
     }
     Ok(())

@@ -1,16 +1,29 @@
-//! The group's shared state: member slots with their statistics, and the token of the emulation.
+//! The group's shared state: what an opener checks (the preamble), the member table (its header
+//! and one slot per member), and one region that belongs to the group's backend.
 //!
 //! It lives in one anonymous shared mapping made when the group is built, so that threads and
 //! processes forked afterwards all see the same memory (on systems without `fork`, a plain heap
-//! allocation). Everything in it is an atomic and nothing in it is guarded by a lock: a member
-//! killed at any instant must not leave the others stuck behind a lock it held. The member
-//! slots ([`MemberSlot`]) belong to the member table (`crate::members`), which alone changes a
-//! slot's state, by compare-and-swap on one word per slot; its statistics are counters any
-//! member adds to. The sources' fields are the emulation's token protocol's, private to
-//! `emulated/protocol/source.rs`, which documents each word (its bits, transitions, invariants
-//! and orderings) and is the only code that reads or writes them.
+//! allocation), or in a named group's shared-memory object (`crate::named`). Everything in it is
+//! an atomic and nothing in it is guarded by a lock a dead member could leave held: a member
+//! killed at any instant must not leave the others stuck. The layout:
+//!
+//! | part | what | whose |
+//! |------|------|-------|
+//! | [`Header`] | the preamble, then the member table's words (`high`, the cursors, the roster) | this file, `crate::members` |
+//! | `capacity` × [`MemberSlot`] | one cache line per member | `crate::members` |
+//! | the region | what the backend shares: the emulation's source table, the native backend's hints | the backend (its [`RegionSpec`]) |
+//!
+//! This file knows no backend: the layer above (`crate::inner`) hands it the region's
+//! [`RegionSpec`], and each backend reads its own region through [`SharedState::region`].
+//!
+//! A named group's memory can be overwritten by any process allowed to write it. So every
+//! index read from it is bounded before use: [`SharedState::member`] answers a slot number out
+//! of range with a spare slot of this process and marks the state damaged, and every public
+//! call of a member begins with [`SharedState::check`], which turns a damaged state, or a
+//! preamble that is no longer a group's, into [`Error::CorruptGroup`].
 
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use crate::sync::{AtomicU32, AtomicU64};
 
@@ -18,32 +31,15 @@ use crate::error::{Error, Result};
 
 /// "No member" in a member-index field.
 pub(crate) const NONE: u32 = u32::MAX;
-/// How many distinct exclusive descriptors a group can share under the emulation (a handful
-/// under the model checker, which explores every interleaving of every access).
-#[cfg(not(loom))]
-pub(crate) const MAX_SOURCES: usize = 64;
-#[cfg(loom)]
-pub(crate) const MAX_SOURCES: usize = 2;
 
 /// The states of a member slot (read-only here: `crate::members` alone changes them).
 #[allow(unused_imports)]
 pub(crate) use crate::members::state;
 pub(crate) use crate::members::MemberSlot;
 
-/// Words in a source's member bitmap (one bit per possible member).
-#[cfg(not(loom))]
-pub(crate) const MEMBER_WORDS: usize = crate::contract::MAX_MEMBERS_LIMIT / 64;
-#[cfg(loom)]
-pub(crate) const MEMBER_WORDS: usize = 1;
-
-/// One exclusive descriptor shared by the group (emulation only): laid out here, in the
-/// header; its words are private to the token protocol (`emulated/protocol/source.rs`), which
-/// documents them and is the only code that reads or writes them.
-pub(crate) use crate::emulated::SourceSlot;
-
 /// What a process that opens a named group checks before it trusts the memory (`crate::named`),
 /// and what every group's door bells are named after. Written once, before anyone else can
-/// see the group (anonymous: before it is shared; named: under the setup lock, with `ready`
+/// see the group (anonymous: before it is shared; named: under the setup lock, with `magic`
 /// stored last); plain atomics, read-only afterwards.
 #[repr(C)]
 #[derive(Default)]
@@ -54,7 +50,7 @@ pub(crate) struct Preamble {
     pub layout_version: std::sync::atomic::AtomicU32,
     /// How many member slots follow the header.
     pub capacity: std::sync::atomic::AtomicU32,
-    /// The size of the whole shared state in bytes (header and member slots).
+    /// The size of the whole shared state in bytes (header, member slots, region).
     pub size: std::sync::atomic::AtomicU64,
     /// The backend every member uses: 1 native, 2 emulated.
     pub backend: std::sync::atomic::AtomicU32,
@@ -64,19 +60,23 @@ pub(crate) struct Preamble {
     /// it, so two groups (or a named group and the one re-made under its name) never ring each
     /// other's members.
     pub incarnation: std::sync::atomic::AtomicU64,
+    /// How many exclusive descriptors the group can watch at once (the emulation's source
+    /// table; 0 for the native backend, whose kernel keeps no such table).
+    pub sources: std::sync::atomic::AtomicU32,
 }
 
 /// The first word of a set-up group: "herdless" in ASCII.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"herdless");
-/// The shared layout's version: changed whenever the layout of [`Header`] or [`MemberSlot`]
-/// changes, so that a named group made by another version of herdless is refused, not misread.
-/// (2: the source's holder, leader and watcher became tagged 64-bit words, and its claim
-/// count moved into the holder word.)
-pub(crate) const LAYOUT_VERSION: u32 = 2;
+/// The shared layout's version: changed whenever the layout of [`Header`], [`MemberSlot`] or a
+/// backend's region changes, so that a named group made by another version of herdless is
+/// refused, not misread.
+pub(crate) const LAYOUT_VERSION: u32 = 3;
 
-/// The fixed part of the shared state. Aligned to a cache line, so that its size is a multiple of
-/// 64 and the member slots after it each start a line of their own.
-#[repr(C, align(64))]
+/// The fixed part of the shared state: the preamble and the member table's own words. Aligned
+/// to 128 bytes (two cache lines, the unit of the x86 prefetcher), so that the member slots
+/// after it each start a line of their own and the words here, read by every `wait`, share
+/// their line with nothing a member writes often.
+#[repr(C, align(128))]
 pub(crate) struct Header {
     /// What the group is (checked by a process that opens it by name).
     pub preamble: Preamble,
@@ -85,39 +85,43 @@ pub(crate) struct Header {
     /// The process of the first member to join (0 before).
     pub first_pid: AtomicU32,
     /// Non-zero once members of more than one process have joined: only then can one die
-    /// without the others, and only then do idle members check on each other.
+    /// without the others, and only then do members watch each other's deaths.
     pub spans_processes: AtomicU32,
-    /// How many members of a native group are inside their kernel wait right now: a hint for
-    /// rotation (with nobody else waiting there is nobody to hand a turn to, so no rotation).
-    /// A member that dies inside its wait leaves one too many, which only means a rotation
-    /// more; the emulation keeps IDLE and BUSY in the member table instead.
-    pub native_waiting: AtomicU32,
-    /// Where the native hand-on looks for an idle member to ring next (a slot number): each
-    /// ring starts here and leaves it just past the member rung, so the group's hand-ons go
-    /// round the slots in turn, whoever rings (`platform/linux/hand_on.rs`).
-    pub native_ring_cursor: AtomicU32,
-    /// How many exclusive events the native members of the group were handed in all: a member
-    /// notes the count when it is handed one, and if the count moved by the time it consumed
-    /// it, another event came while it held its own (see `native_overlap`).
-    pub native_handed: AtomicU64,
-    /// `native_handed` when a native member's event last overlapped another (0: never): a hint
-    /// for `Rotation::Adaptive`, which lets a member take a batch while events overlap (a
-    /// stream: the producer does not wait for the readers).
-    pub native_overlap_at: AtomicU64,
-    /// When a native member was last handed an exclusive event (monotonic ns), and the moving
-    /// average of the gaps between such events (1/8 weight): with `native_overlap`, the hint
-    /// `Rotation::Adaptive` reads a stream from.
-    pub native_last_event_ns: AtomicU64,
-    /// See `native_last_event_ns`.
-    pub native_gap_ns: AtomicU64,
-    /// Shared exclusive descriptors.
-    pub sources: [SourceSlot; MAX_SOURCES],
+    /// The lowest slot never claimed (`capacity` once every slot has been): a join takes it
+    /// without looking at the slots below.
+    pub fresh: AtomicU32,
+    /// A slot given up lately (its member left, or was reaped): where a join looks first once
+    /// no slot is fresh. A hint: a join that finds it taken looks at every slot.
+    pub reuse_hint: AtomicU32,
+    /// Changes whenever a member joins, leaves or is reaped: a member that watches another's
+    /// death looks for its neighbour again only when it changed (`crate::ring`).
+    pub roster: AtomicU64,
 }
 
-/// The shared state of one group: a header followed by `capacity` member slots.
+/// What a backend keeps in the group's shared memory after the member slots: its size, and
+/// how a new group's region is set up. Handed to the shared state by the layer above the
+/// backends (`crate::inner::region_for`), so that this file names no backend.
+#[derive(Clone, Copy)]
+pub(crate) struct RegionSpec {
+    /// The region's size in bytes.
+    pub len: usize,
+    /// Writes what a new group's region holds besides zeroes, before the group is published.
+    pub set_up: fn(&SharedState),
+    /// Under the model checker, whose atomics are not plain memory: makes the region's values.
+    #[cfg(loom)]
+    pub make: fn(&Settings) -> Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// The shared state of one group: the header, `capacity` member slots and the backend's region.
 pub(crate) struct SharedState {
     memory: Memory,
-    capacity: usize,
+    settings: Settings,
+    region_len: usize,
+    /// What a slot number read from the shared memory that is out of range gets instead
+    /// (this process's own, never shared), so that a damaged group gives errors, not panics.
+    spare: Box<MemberSlot>,
+    /// Set once this process has met a value in the shared memory that no group holds.
+    damaged: AtomicBool,
 }
 
 /// The memory behind the shared state: an anonymous shared mapping (Unix), zeroed heap memory
@@ -125,11 +129,15 @@ pub(crate) struct SharedState {
 #[cfg(not(loom))]
 struct Memory {
     ptr: *mut u8,
+    size: usize,
+    /// Unmapped (or freed) on drop.
+    mapped: bool,
 }
 #[cfg(loom)]
 struct Memory {
     header: Box<Header>,
     members: Vec<MemberSlot>,
+    region: Box<dyn std::any::Any + Send + Sync>,
 }
 
 // SAFETY: the memory is only ever accessed through atomics, from any thread.
@@ -137,33 +145,45 @@ unsafe impl Send for SharedState {}
 // SAFETY: as above; no `&mut` to the memory is ever handed out.
 unsafe impl Sync for SharedState {}
 
-// The layout `Memory::members` relies on: a member slot is one cache line, and the header's
-// size keeps the slots after it on line boundaries.
+// The layout `Memory::members` and `SharedState::region` rely on: a member slot is one cache
+// line, and the header's size keeps the slots after it on line boundaries.
 #[cfg(not(loom))]
 const _: () = {
     assert!(std::mem::size_of::<MemberSlot>() == 64);
     assert!(std::mem::align_of::<MemberSlot>() == 64);
-    assert!(std::mem::size_of::<Header>() % 64 == 0);
+    assert!(std::mem::size_of::<Header>() % 128 == 0);
 };
 
+/// Where the region starts: after the member slots, on a 128-byte boundary.
 #[cfg(not(loom))]
-fn layout(capacity: usize) -> std::alloc::Layout {
-    let size = std::mem::size_of::<Header>() + capacity * std::mem::size_of::<MemberSlot>();
-    std::alloc::Layout::from_size_align(size, 64).expect("shared state layout")
+fn region_offset(capacity: usize) -> usize {
+    let end = std::mem::size_of::<Header>() + capacity * std::mem::size_of::<MemberSlot>();
+    end.div_ceil(128) * 128
+}
+
+/// How many bytes the shared state of a group of `capacity` members takes with a backend
+/// region of `region_len` bytes (what a named group's object must measure).
+#[cfg(not(loom))]
+pub(crate) fn size_for(capacity: usize, region_len: usize) -> usize {
+    region_offset(capacity) + region_len.div_ceil(128) * 128
+}
+
+#[cfg(all(not(unix), not(loom)))]
+fn layout(size: usize) -> std::alloc::Layout {
+    std::alloc::Layout::from_size_align(size, 128).expect("shared state layout")
 }
 
 #[cfg(not(loom))]
 impl Memory {
-    /// Maps zeroed shared memory for `capacity` members (all-zero atomics are valid).
-    fn new(capacity: usize) -> Result<Memory> {
-        let layout = layout(capacity);
+    /// Maps `size` zeroed bytes of shared memory (all-zero atomics are valid).
+    fn new(size: usize) -> Result<Memory> {
         #[cfg(unix)]
         // SAFETY: a fresh anonymous mapping; no existing memory is touched. MAP_SHARED keeps it
         // shared with children forked later.
         let ptr = unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
-                layout.size(),
+                size,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_ANON,
                 -1,
@@ -179,7 +199,7 @@ impl Memory {
         };
         #[cfg(not(unix))]
         // SAFETY: the layout has a non-zero size (the header is never empty).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout(size)) };
         #[cfg(not(unix))]
         if ptr.is_null() {
             return Err(Error::io(
@@ -187,29 +207,21 @@ impl Memory {
                 std::io::ErrorKind::OutOfMemory.into(),
             ));
         }
-        Ok(Memory { ptr })
-    }
-
-    /// Takes over a shared mapping of `layout(capacity).size()` bytes made elsewhere (a named
-    /// group's segment, `crate::named`), unmapped on drop like an anonymous one.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live, writable, 64-aligned mapping of exactly `layout(capacity).size()`
-    /// bytes that nothing else unmaps.
-    #[cfg(unix)]
-    unsafe fn from_mapping(ptr: *mut u8) -> Memory {
-        Memory { ptr }
+        Ok(Memory {
+            ptr,
+            size,
+            mapped: true,
+        })
     }
 
     fn header(&self) -> &Header {
-        // SAFETY: the memory starts with a Header, is aligned to 64 and lives as long as self.
+        // SAFETY: the memory starts with a Header, is aligned to 128 and lives as long as self.
         unsafe { &*self.ptr.cast::<Header>() }
     }
 
     fn members(&self, capacity: usize) -> &[MemberSlot] {
         // SAFETY: `capacity` slots follow the header; MemberSlot's alignment (64) divides the
-        // header's size, a multiple of 64 (both checked at compile time below); they live as
+        // header's size, a multiple of 128 (both checked at compile time above); they live as
         // long as self.
         unsafe {
             std::slice::from_raw_parts(
@@ -220,68 +232,36 @@ impl Memory {
             )
         }
     }
+}
 
-    fn free(&mut self, capacity: usize) {
-        let layout = layout(capacity);
+#[cfg(not(loom))]
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if !self.mapped {
+            return;
+        }
         #[cfg(unix)]
         // SAFETY: ptr/len are those of our own mapping, unmapped once, when the last handle goes.
         unsafe {
-            libc::munmap(self.ptr.cast(), layout.size());
+            libc::munmap(self.ptr.cast(), self.size);
         }
         #[cfg(not(unix))]
         // SAFETY: allocated in `new` with the same layout.
         unsafe {
-            std::alloc::dealloc(self.ptr, layout);
+            std::alloc::dealloc(self.ptr, layout(self.size));
         }
     }
 }
 
-#[cfg(loom)]
-impl Memory {
-    fn new(capacity: usize) -> Result<Memory> {
-        let zero32 = || AtomicU32::new(0);
-        let zero64 = || AtomicU64::new(0);
-        let header = Header {
-            preamble: Preamble::default(),
-            high: zero32(),
-            first_pid: zero32(),
-            spans_processes: zero32(),
-            native_waiting: zero32(),
-            native_ring_cursor: zero32(),
-            native_handed: zero64(),
-            native_overlap_at: zero64(),
-            native_last_event_ns: zero64(),
-            native_gap_ns: zero64(),
-            sources: std::array::from_fn(|_| SourceSlot::new()),
-        };
-        let members = (0..capacity).map(|_| MemberSlot::zeroed()).collect();
-        Ok(Memory {
-            header: Box::new(header),
-            members,
-        })
-    }
-    fn header(&self) -> &Header {
-        &self.header
-    }
-    fn members(&self, _capacity: usize) -> &[MemberSlot] {
-        &self.members
-    }
-    fn free(&mut self, _capacity: usize) {}
-}
-
-/// How many bytes the shared state of a group of `capacity` members takes (what a named
-/// group's segment must measure).
-#[cfg(not(loom))]
-pub(crate) fn size_for(capacity: usize) -> usize {
-    layout(capacity).size()
-}
-
-/// What the preamble says of a group: its backend, rotation and member count.
+/// What the preamble says of a group: its backend, rotation, member count and (emulated) how
+/// many exclusive descriptors it watches at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Settings {
     pub backend: crate::contract::Backend,
     pub rotation: crate::contract::Rotation,
     pub capacity: usize,
+    /// The source table's size (emulated; 0 for the native backend).
+    pub sources: usize,
 }
 
 impl Settings {
@@ -302,8 +282,9 @@ impl Settings {
         backend: u32,
         rotation: u32,
         capacity: u32,
+        sources: u32,
     ) -> std::result::Result<Settings, &'static str> {
-        use crate::contract::{Backend, Rotation, MAX_MEMBERS_LIMIT};
+        use crate::contract::{Backend, Rotation, MAX_MEMBERS_LIMIT, MAX_SOURCES_LIMIT};
         let backend = match backend {
             1 => Backend::Native,
             2 => Backend::Emulated,
@@ -316,33 +297,48 @@ impl Settings {
         if capacity == 0 || capacity as usize > MAX_MEMBERS_LIMIT {
             return Err("member count");
         }
+        let sources_ok = match backend {
+            Backend::Native => sources == 0,
+            _ => sources > 0 && sources as usize <= MAX_SOURCES_LIMIT,
+        };
+        if !sources_ok {
+            return Err("source table's size");
+        }
         Ok(Settings {
             backend,
             rotation,
             capacity: capacity as usize,
+            sources: sources as usize,
         })
     }
 }
 
 impl SharedState {
-    /// Shared state for a new anonymous group, every slot free, no source in use.
-    pub(crate) fn new(settings: Settings) -> Result<SharedState> {
-        let shared = SharedState {
-            memory: Memory::new(settings.capacity)?,
-            capacity: settings.capacity,
+    /// Shared state for a new anonymous group, every slot free, its region set up.
+    pub(crate) fn new(settings: Settings, region: RegionSpec) -> Result<SharedState> {
+        #[cfg(not(loom))]
+        let memory = Memory::new(size_for(settings.capacity, region.len))?;
+        #[cfg(loom)]
+        let memory = Memory {
+            header: Box::new(Header::zeroed()),
+            members: (0..settings.capacity)
+                .map(|_| MemberSlot::zeroed())
+                .collect(),
+            region: (region.make)(&settings),
         };
-        shared.set_up(settings);
+        let shared = SharedState::with_memory(memory, settings, region.len);
+        shared.set_up(region);
         Ok(shared)
     }
 
-    /// An emulated group's shared state of `capacity` members (for the unit tests and models).
-    #[cfg(test)]
-    pub(crate) fn for_tests(capacity: usize) -> Result<SharedState> {
-        SharedState::new(Settings {
-            backend: crate::contract::Backend::Emulated,
-            rotation: crate::contract::Rotation::Adaptive,
-            capacity,
-        })
+    fn with_memory(memory: Memory, settings: Settings, region_len: usize) -> SharedState {
+        SharedState {
+            memory,
+            settings,
+            region_len,
+            spare: Box::new(MemberSlot::zeroed()),
+            damaged: AtomicBool::new(false),
+        }
     }
 
     /// The shared state of a named group in a segment mapped by `crate::named`; set up first
@@ -350,52 +346,51 @@ impl SharedState {
     ///
     /// # Safety
     ///
-    /// As [`Memory::from_mapping`]: `ptr` is a live, writable, 64-aligned shared mapping of
-    /// exactly `size_for(settings.capacity)` bytes, handed over to the shared state.
+    /// `ptr` is a live, writable, 128-aligned shared mapping of exactly
+    /// `size_for(settings.capacity, region.len)` bytes, handed over to the shared state (which
+    /// unmaps it on drop).
     #[cfg(all(unix, not(loom)))]
     pub(crate) unsafe fn from_mapping(
         ptr: *mut u8,
         settings: Settings,
+        region: RegionSpec,
         fresh: bool,
     ) -> SharedState {
-        let shared = SharedState {
-            // SAFETY: the caller's promise, passed on.
-            memory: unsafe { Memory::from_mapping(ptr) },
-            capacity: settings.capacity,
+        let memory = Memory {
+            ptr,
+            size: size_for(settings.capacity, region.len),
+            mapped: true,
         };
+        let shared = SharedState::with_memory(memory, settings, region.len);
         if fresh {
-            shared.set_up(settings);
+            shared.set_up(region);
         }
         shared
     }
 
-    /// Writes what a set-up group holds besides zeroes: "no member" in the sources' member
-    /// fields, then the preamble, its magic word last (a named group's openers trust the
-    /// memory only once they see it).
-    fn set_up(&self, settings: Settings) {
-        for s in &self.header().sources {
-            s.set_up();
-        }
-        let p = &self.header().preamble;
+    /// Writes what a set-up group holds besides zeroes: the member table's cursors, the
+    /// backend's region, then the preamble, its magic word last (a named group's openers trust
+    /// the memory only once they see it).
+    fn set_up(&self, region: RegionSpec) {
+        let settings = self.settings;
+        let header = self.header();
+        header.reuse_hint.store(NONE, SeqCst);
+        (region.set_up)(self);
+        let p = &header.preamble;
         p.layout_version.store(LAYOUT_VERSION, SeqCst);
         p.capacity.store(settings.capacity as u32, SeqCst);
         #[cfg(not(loom))]
-        p.size.store(size_for(settings.capacity) as u64, SeqCst);
+        p.size.store(self.memory.size as u64, SeqCst);
         p.backend.store(settings.backend_code(), SeqCst);
         p.rotation.store(settings.rotation_code(), SeqCst);
+        p.sources.store(settings.sources as u32, SeqCst);
         p.incarnation.store(random_u64(), SeqCst);
         p.magic.store(MAGIC, SeqCst);
     }
 
-    /// The settings the preamble holds (checked when a named group was opened).
+    /// The group's settings, as its preamble held them when this process opened it.
     pub(crate) fn settings(&self) -> Settings {
-        let p = &self.header().preamble;
-        Settings::decode(
-            p.backend.load(SeqCst),
-            p.rotation.load(SeqCst),
-            self.capacity(),
-        )
-        .expect("a group's preamble is checked before the group is used")
+        self.settings
     }
 
     /// The random number the group's door bells are named after (see [`Preamble`]).
@@ -404,17 +399,33 @@ impl SharedState {
     }
 
     pub(crate) fn header(&self) -> &Header {
-        self.memory.header()
+        #[cfg(not(loom))]
+        return self.memory.header();
+        #[cfg(loom)]
+        return &self.memory.header;
     }
 
-    /// The slot of member `index` (< capacity).
+    /// The slot of member `index`. An index out of range (read from a damaged group's memory)
+    /// gets this process's spare slot instead, and marks the state damaged (see [`check`]).
+    ///
+    /// [`check`]: SharedState::check
     pub(crate) fn member(&self, index: u32) -> &MemberSlot {
-        &self.memory.members(self.capacity)[index as usize]
+        #[cfg(not(loom))]
+        let slots = self.memory.members(self.settings.capacity);
+        #[cfg(loom)]
+        let slots = &self.memory.members[..];
+        match slots.get(index as usize) {
+            Some(slot) => slot,
+            None => {
+                self.mark_damaged();
+                &self.spare
+            }
+        }
     }
 
     /// How many member slots the group has.
     pub(crate) fn capacity(&self) -> u32 {
-        self.capacity as u32
+        self.settings.capacity as u32
     }
 
     /// One more than the highest member slot ever claimed (never more than the capacity, even
@@ -428,51 +439,67 @@ impl SharedState {
         self.header().spans_processes.load(SeqCst) != 0
     }
 
-    /// Does member `m` hold the token of any source?
-    pub(crate) fn leads_any(&self, m: u32) -> bool {
-        self.header()
-            .sources
-            .iter()
-            .any(|s| s.is_used() && s.leader().slot == m)
+    /// The backend's region: its start (128-aligned) and length, as set up by its
+    /// [`RegionSpec`]. The backend alone reads it, through atomics.
+    #[cfg(not(loom))]
+    pub(crate) fn region(&self) -> (*const u8, usize) {
+        // SAFETY: `region_offset(capacity)` is within the mapping of `size_for(capacity,
+        // region_len)` bytes, and the region's `region_len` bytes follow it.
+        let start = unsafe { self.memory.ptr.add(region_offset(self.settings.capacity)) };
+        (start.cast_const(), self.region_len)
     }
 
-    pub(crate) fn source(&self, index: usize) -> &SourceSlot {
-        &self.header().sources[index]
+    /// The backend's region, under the model checker: the values its `RegionSpec::make` made.
+    #[cfg(loom)]
+    pub(crate) fn region(&self) -> &(dyn std::any::Any + Send + Sync) {
+        &*self.memory.region
     }
 
-    /// Would the open file `id` (non-zero) find a source slot: its own, or a free one? A look
-    /// that takes none (a `modify` checks its new registration with it before it touches the
-    /// old one: the slots are never given back, so a check that took one and then failed
-    /// would spend it). Another member may take the last free slot meanwhile: the add then
-    /// fails as the look would have.
-    pub(crate) fn source_room(&self, id: u64) -> Result<()> {
-        let sources = &self.header().sources;
-        match sources.iter().any(|s| s.is_for(id) || !s.is_used()) {
-            true => Ok(()),
-            false => Err(Error::TooManySources { max: MAX_SOURCES }),
+    /// Notes that this process met a value in the shared memory that no group holds (a slot
+    /// out of range, a word no transition writes): every call of a member says so from now on.
+    pub(crate) fn mark_damaged(&self) {
+        self.damaged.store(true, Relaxed);
+    }
+
+    /// Is the group still one a member can use? `Err(CorruptGroup)` once its preamble no
+    /// longer holds the magic word (zeroed, or overwritten) or this process met a value no
+    /// group holds: what every public call of a member checks first (two loads).
+    pub(crate) fn check(&self, name: Option<&str>) -> Result<()> {
+        let magic = self.header().preamble.magic.load(Relaxed);
+        let reason = if magic != MAGIC {
+            "its shared memory was overwritten: the magic word at its start is gone"
+        } else if self.damaged.load(Relaxed) {
+            "its shared memory holds values no group writes (overwritten by another process)"
+        } else {
+            return Ok(());
+        };
+        Err(Error::CorruptGroup {
+            name: name.unwrap_or("(anonymous)").to_owned(),
+            reason: reason.into(),
+        })
+    }
+}
+
+#[cfg(loom)]
+impl Header {
+    fn zeroed() -> Header {
+        let zero32 = || AtomicU32::new(0);
+        Header {
+            preamble: Preamble::default(),
+            high: zero32(),
+            first_pid: zero32(),
+            spans_processes: zero32(),
+            fresh: zero32(),
+            reuse_hint: zero32(),
+            roster: AtomicU64::new(0),
         }
-    }
-
-    /// Finds or takes the source slot of the open file `id` (non-zero). Lock-free: two members
-    /// adding the same file at once land on the same slot.
-    pub(crate) fn source_index(&self, id: u64) -> Result<usize> {
-        debug_assert_ne!(id, 0);
-        let sources = &self.header().sources;
-        let start = (id % MAX_SOURCES as u64) as usize;
-        for probe in 0..MAX_SOURCES {
-            let i = (start + probe) % MAX_SOURCES;
-            if sources[i].take_for(id) {
-                return Ok(i);
-            }
-        }
-        Err(Error::TooManySources { max: MAX_SOURCES })
     }
 }
 
 /// A random number, without a dependency: the standard library's hasher keys are drawn from
 /// the operating system's random source once per process, and the time and a counter make
 /// each draw differ.
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -482,42 +509,4 @@ fn random_u64() -> u64 {
         h.write_u128(t.as_nanos());
     }
     h.finish()
-}
-
-impl Drop for SharedState {
-    fn drop(&mut self) {
-        self.memory.free(self.capacity);
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// The look a `modify` makes takes no source slot: the slots are never given back, so a
-    /// check that took one would spend it. It finds room while a slot is free or the file's
-    /// own is there, and none once every slot holds another file.
-    #[test]
-    fn a_look_for_room_takes_no_source_slot() {
-        let shared = SharedState::for_tests(2).unwrap();
-        let used = |shared: &SharedState| {
-            (0..MAX_SOURCES)
-                .filter(|&s| shared.source(s).is_used())
-                .count()
-        };
-        for id in 1..=10 * MAX_SOURCES as u64 {
-            shared.source_room(id).unwrap();
-        }
-        assert_eq!(used(&shared), 0, "a look took a slot");
-        for id in 1..=MAX_SOURCES as u64 {
-            shared.source_index(id).unwrap();
-        }
-        assert!(shared.source_room(1).is_ok(), "the file's own slot is room");
-        let full = shared.source_room(MAX_SOURCES as u64 + 1);
-        assert!(
-            matches!(full, Err(Error::TooManySources { .. })),
-            "{full:?}"
-        );
-        assert_eq!(used(&shared), MAX_SOURCES);
-    }
 }

@@ -54,6 +54,6 @@ pub(crate) fn member_stats(inner: &GroupInner, i: u32, me: u32) -> MemberStats {
         events: slot.events.get(),
         empty_wakeups: slot.empty_wakeups.get(),
         token_wakeups: slot.token_wakeups.get(),
-        leader: inner.shared.leads_any(i),
+        leader: inner.emulation.is_some() && inner.protocol().leads_any(i),
     }
 }

@@ -84,11 +84,18 @@ impl std::fmt::Debug for Waiter {
 impl Waiter {
     pub(crate) fn join(group: Arc<GroupInner>) -> Result<Waiter> {
         let pid = std::process::id();
-        // Slots of members whose process died are cleared out first, so they can be reused.
-        group.reap_dead_members();
+        group.shared.check(group.name.as_deref())?;
         // JOINING: the slot is ours, with our liveness lock and pid in place, but it does not
-        // count as joined (nor can it be reaped) until it is published.
-        let claim = group.members().claim(pid)?;
+        // count as joined (nor can it be reaped) until it is published. A full group may hold
+        // slots of members that died unnoticed (no member was watching their process): those
+        // are cleared out, and the join tried once more.
+        let claim = match group.members().claim(pid) {
+            Err(Error::GroupFull { .. }) => {
+                group.reap_dead(None);
+                group.members().claim(pid)?
+            }
+            claim => claim?,
+        };
         let membership = claim.membership();
         let member = membership.member;
         let engine = match group.backend {
@@ -257,7 +264,7 @@ impl Waiter {
                 let members = self.group.members();
                 members.go_idle(&self.membership);
                 let group = &self.group;
-                let n = n.wait(slot, events, timeout, &|| group.reap_dead_members());
+                let n = n.wait(slot, events, timeout, &|pid| group.reap_dead(pid));
                 members.go_busy(&self.membership);
                 n
             }
@@ -432,6 +439,9 @@ impl Waiter {
         }
     }
 
+    /// What every call checks first: the waiter is used in the process that joined, and the
+    /// group's shared memory is still a group's (a named group's can be overwritten by another
+    /// process: then `CorruptGroup`, never a panic).
     fn check_process(&self) -> Result<()> {
         let current_pid = crate::pid::current();
         if current_pid != self.pid {
@@ -440,7 +450,7 @@ impl Waiter {
                 current_pid,
             });
         }
-        Ok(())
+        self.group.shared.check(self.group.name.as_deref())
     }
 }
 

@@ -101,17 +101,22 @@ fn refused(args: &[&str], flag: &str, limit: &str, chart: bool) {
 
 #[test]
 fn stress_with_no_waiter_is_refused() {
-    refused(&["stress", "--waiters", "0"], "--waiters", "4096", false);
+    refused(&["stress", "--waiters", "0"], "--waiters", "16384", false);
 }
 
 #[test]
 fn stress_beyond_the_group_limit_is_refused() {
-    refused(&["stress", "--waiters", "5000"], "--waiters", "4096", false);
+    refused(
+        &["stress", "--waiters", "20000"],
+        "--waiters",
+        "16384",
+        false,
+    );
 }
 
 #[test]
 fn herd_beyond_the_group_limit_is_refused() {
-    refused(&["pipe", "--waiters", "100000"], "--waiters", "4096", true);
+    refused(&["pipe", "--waiters", "100000"], "--waiters", "16384", true);
 }
 
 #[test]

@@ -541,7 +541,7 @@ fn bad_objects_are_refused(backend: Backend) {
         match got {
             Err(Error::IncompatibleGroup {
                 found, expected, ..
-            }) => assert_eq!((found, expected), (999, 2)), // this herdless's layout: 2
+            }) => assert_eq!((found, expected), (999, 3)), // this herdless's layout: 3
             other => panic!("expected IncompatibleGroup, got {other:?}"),
         }
     }

@@ -37,21 +37,6 @@ use crate::members::state;
 use crate::registry;
 use crate::shared::SharedState;
 
-/// How often an idle member of a group that spans processes looks for dead members (as the
-/// emulation's idle members do): a member killed while the kernel had handed it a readiness
-/// took that readiness with it, and the reap hands it on (`GroupInner::reap_dead_members`).
-const SWEEP: Duration = Duration::from_secs(1);
-
-/// The kernel wait's timeout (`ms`, -1 for none) capped at `SWEEP` if the member `sweeping`:
-/// (the timeout, whether it was capped).
-pub(super) fn sweep_cap(ms: libc::c_int, sweeping: bool) -> (libc::c_int, bool) {
-    let cap = SWEEP.as_millis() as libc::c_int;
-    match sweeping && (ms < 0 || ms > cap) {
-        true => (cap, true),
-        false => (ms, false),
-    }
-}
-
 /// A member that came back to `wait` this soon after its last `consumed` hands nothing on at
 /// its next `consumed`: it will take a backlog itself before a rung member could wake (a
 /// thread's wake-up costs several microseconds, and under a producer at full speed a ring
@@ -71,7 +56,7 @@ pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<
     if high == 0 {
         return false;
     }
-    let cursor = &shared.header().native_ring_cursor;
+    let cursor = &super::NativeHints::of(shared).ring_cursor;
     let start = cursor.load(SeqCst);
     for i in 0..high {
         let m = (start + i) % high;
@@ -122,7 +107,8 @@ impl NativeWaiter {
         if self.quick {
             return;
         }
-        if self.shared.header().native_waiting.load(SeqCst) == 0 {
+        let shared = &self.shared;
+        if !super::NativeHints::of(shared).anyone_waiting(shared.high()) {
             return; // nobody inside a wait to ring; a member coming back looks itself
         }
         let Some(reg) = self.registrations.get(&fd) else {

@@ -199,6 +199,8 @@ impl NativeWaiter {
         .map_err(|e| Error::io("registering the waiter's eventfd", e))?;
         self.watch_bell(&epoll)
             .map_err(|e| Error::io("registering the member's door bell", e))?;
+        self.watch_death(&epoll)
+            .map_err(|e| Error::io("watching the neighbour's death", e))?;
         let fds: Vec<RawFd> = self.registrations.keys().copied().collect();
         for fd in fds {
             let reg = self.registrations[&fd];
@@ -249,7 +251,6 @@ mod tests {
     use crate::doorbell::Doorbells;
     use crate::error::Error;
     use crate::interest::Interest;
-    use crate::shared::SharedState;
 
     /// A rotation whose re-add the kernel refuses (ENOMEM, which no test can make the kernel
     /// say on demand: the entry is deleted for real, the refusal is handed in) leaves no record
@@ -257,7 +258,7 @@ mod tests {
     /// descriptor is not registered any more, and adding it again works.
     #[test]
     fn a_failed_readd_forgets_the_registration() {
-        let shared = Arc::new(SharedState::for_tests(2).unwrap());
+        let shared = Arc::new(crate::inner::test_state(crate::Backend::Native, 2));
         let bells = Arc::new(Doorbells::new(std::process::id().into(), 2).unwrap());
         let mut w = NativeWaiter::new(shared, Rotation::Every(1), bells, 0, 1).unwrap();
         let (rx, _tx) = std::os::unix::net::UnixStream::pair().unwrap();

@@ -20,9 +20,10 @@ use super::poller::Poller;
 
 use crate::interest::FIRST_RESERVED_KEY;
 
-/// How many processes' deaths one member watches at once (it depends on one or two).
+/// How many processes' deaths one member watches at once (it depends on one or two per
+/// source, and watches its neighbour in the group).
 #[cfg(target_os = "linux")]
-const WATCHED: usize = 4;
+const WATCHED: usize = 8;
 
 /// Poller keys of the death watches: `DEATH_KEYS..DEATH_KEYS + WATCHED`, far above any
 /// descriptor number (the emulation's poller keys are descriptor numbers) and below the door
@@ -54,6 +55,8 @@ pub(crate) struct DeathWatch {
     /// Poller keys that fired in the last look (kept to save an allocation).
     #[cfg(target_os = "linux")]
     fired: Vec<usize>,
+    /// The processes whose death fired and that the caller has not taken yet (`take_ended`).
+    ended: Vec<u32>,
 }
 
 #[cfg(target_os = "linux")]
@@ -88,7 +91,7 @@ impl DeathWatch {
                     }
                 },
             };
-            let opened = open_pidfd(pid);
+            let opened = crate::ring::open_process(pid);
             let ended = matches!(opened, Err(Some(libc::ESRCH)));
             let fd = opened.ok().and_then(|fd| {
                 // SAFETY: the pidfd is ours and stays open until `forget` deletes it from the
@@ -139,6 +142,7 @@ impl DeathWatch {
                 w.ended = true;
                 if let Some(fd) = w.fd.take() {
                     let _ = poller.delete(&fd);
+                    self.ended.push(w.pid);
                 }
             }
         }
@@ -153,6 +157,11 @@ impl DeathWatch {
         }
     }
 
+    /// The processes whose death fired since the last call (each once).
+    pub(crate) fn take_ended(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.ended)
+    }
+
     /// Stops watching everything (the member leaves).
     pub(crate) fn clear(&mut self, poller: &Poller) {
         for i in 0..WATCHED {
@@ -161,26 +170,14 @@ impl DeathWatch {
     }
 }
 
-/// A pidfd of `pid` (close-on-exec, as every pidfd is), or the error number: ESRCH when there
-/// is no such process any more, ENOSYS on a kernel without `pidfd_open` (before 5.3), EMFILE
-/// when no descriptor is left.
-#[cfg(target_os = "linux")]
-fn open_pidfd(pid: u32) -> Result<std::os::fd::OwnedFd, Option<i32>> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error());
-    }
-    // SAFETY: a fresh descriptor that nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
-}
-
 /// Without pidfds: every dependency is covered by the periodic check.
 #[cfg(not(target_os = "linux"))]
 impl DeathWatch {
     pub(crate) fn watch(&mut self, _poller: &Poller, _pids: &[u32]) -> bool {
         false
+    }
+    pub(crate) fn take_ended(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.ended)
     }
     pub(crate) fn take_check_now(&mut self) -> bool {
         false

@@ -70,8 +70,9 @@ use crate::shared::SharedState;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use kernel_wait::RawEvents;
+pub(crate) use protocol::{region, Protocol};
 use protocol::{Hold, Occupant};
-pub(crate) use protocol::{Protocol, SourceSlot};
+use protocol::{SourceTable, TableLayout};
 
 /// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
 const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
@@ -79,9 +80,11 @@ const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 /// The poller key of the member's door bell.
 const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
 
-/// What the emulation adds to a group: this process's side of the door bells.
+/// What the emulation adds to a group: this process's side of the door bells, and the shape of
+/// the group's source table.
 pub(crate) struct EmulatedGroup {
     bells: Doorbells,
+    table: TableLayout,
 }
 
 impl EmulatedGroup {
@@ -94,18 +97,28 @@ impl EmulatedGroup {
     ) -> Protocol<'a> {
         Protocol {
             shared,
+            sources: SourceTable::of(shared, self.table),
             bells: &self.bells,
             live,
             rotation,
         }
     }
 
-    /// The door bells of the group whose shared preamble holds `incarnation`.
-    pub(crate) fn new(incarnation: u64, slots: usize) -> Result<EmulatedGroup> {
+    /// The emulation's side of the group in `shared` (whose region `check_region` accepted),
+    /// with the door bells of this process.
+    pub(crate) fn new(shared: &SharedState) -> Result<EmulatedGroup> {
+        let settings = shared.settings();
         Ok(EmulatedGroup {
-            bells: Doorbells::new(incarnation, slots)?,
+            bells: Doorbells::new(shared.incarnation(), settings.capacity)?,
+            table: TableLayout::of(&settings),
         })
     }
+}
+
+/// Does `shared`'s region hold the source table its settings ask for? (A named group's, written
+/// by another process, is checked before it is used.)
+pub(crate) fn check_region(shared: &SharedState) -> std::result::Result<(), String> {
+    protocol::table_check(shared, TableLayout::of(&shared.settings()))
 }
 
 /// One registration of an emulated member.
@@ -195,6 +208,8 @@ pub(crate) struct EmulatedWaiter {
     stale: Vec<RawSource>,
     /// The processes this member depends on, whose deaths it waits on (see `deathwatch`).
     deaths: Box<DeathWatch>,
+    /// Whose death this member watches besides its dependencies (`crate::ring`).
+    ring: crate::ring::RingWatch,
     /// A kernel entry in the poller may be stale (a registration forgotten whose number was
     /// closed or reused): the poller is rebuilt before the next kernel wait (`rebuild`).
     rebuild_due: bool,
@@ -251,6 +266,7 @@ impl EmulatedWaiter {
             changes: Vec::new(),
             stale: Vec::new(),
             deaths: Box::default(),
+            ring: crate::ring::RingWatch::default(),
             depends_on: Vec::new(),
             #[cfg(all(unix, not(loom)))]
             bell: Some(bell),
@@ -321,7 +337,6 @@ mod tests {
     use crate::contract::Backend;
     use crate::interest::Events;
     use crate::members::Members;
-    use crate::shared::Settings;
     use std::os::fd::{AsRawFd, OwnedFd};
 
     fn pipe() -> (OwnedFd, OwnedFd) {
@@ -348,14 +363,9 @@ mod tests {
     fn leading_one_source_and_deputy_of_another() {
         // The group's parts, as `GroupInner` holds them (this backend does not import the
         // handles): its shared memory, liveness marks and door bells.
-        let shared = SharedState::new(Settings {
-            backend: Backend::Emulated,
-            rotation: Rotation::Adaptive,
-            capacity: 8,
-        })
-        .unwrap();
+        let shared = crate::inner::test_state(Backend::Emulated, 8);
         let live = Liveness::new(8).unwrap();
-        let bells = EmulatedGroup::new(shared.incarnation(), 8).unwrap();
+        let bells = EmulatedGroup::new(&shared).unwrap();
         let inner = &Scene {
             protocol: || bells.protocol(&shared, &live, Rotation::Adaptive),
             shared: &shared,
@@ -377,7 +387,8 @@ mod tests {
             .add(&inner.protocol(), b.as_raw_fd(), 1, exclusive)
             .unwrap();
         let (sa, sb) = (waiter.sources[0], waiter.sources[1]);
-        let src = |s| inner.shared.source(s);
+        let tk = inner.protocol();
+        let src = |s| tk.source(s);
         let other = Occupant::new(other, inner.shared.member(other).generation());
         src(sa).force_leader(Occupant::new(me, membership.generation()));
         src(sb).force_leader(other);

@@ -63,6 +63,7 @@
 #[cfg(all(test, loom))]
 mod model;
 mod source;
+mod table;
 mod watch;
 
 use std::sync::atomic::Ordering::SeqCst;
@@ -73,7 +74,8 @@ use crate::contract::Rotation;
 use crate::liveness::Liveness;
 use crate::members::{state, Members};
 use crate::shared::{SharedState, NONE};
-pub(crate) use source::{Hold, Occupant, SourceSlot};
+pub(crate) use source::{Hold, Occupant, Source};
+pub(crate) use table::{check as table_check, region, SourceTable, TableLayout};
 
 /// How often a member that depends on another process checks that it is alive, when it
 /// cannot wait on that process's death as an event (no pidfd).
@@ -89,19 +91,25 @@ pub(crate) const HOLD_BOUND: Duration = Duration::from_millis(40);
 /// this far apart (it was stopped, or handed the token while stopped) loses the token to the
 /// member checking on it.
 pub(crate) const TAKE_BOUND: Duration = Duration::from_millis(15);
-/// A source claimed within this long is active: its members sleep with a `HOLD_BOUND` timer
-/// (see `Protocol::hold_left`).
+/// A source claimed within this long is active: the watcher of its leader looks for it stuck
+/// (see `Protocol::stuck_look_in`); a source quiet for longer costs no look at all.
 pub(crate) const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
-/// How often every idle member of a group that spans processes wakes to look for a dead
-/// member nobody is checking (a holder that died before it consumed, a watcher that died).
-pub(crate) const LIVENESS_SWEEP: Duration = Duration::from_secs(1);
 
-/// The protocol's view of one group: its shared memory, door bells and liveness marks.
+/// The protocol's view of one group: its shared memory, source table, door bells and liveness
+/// marks.
 pub(crate) struct Protocol<'a> {
     pub(crate) shared: &'a SharedState,
+    pub(crate) sources: SourceTable<'a>,
     pub(crate) bells: &'a Doorbells,
     pub(crate) live: &'a Liveness,
     pub(crate) rotation: Rotation,
+}
+
+impl<'a> Protocol<'a> {
+    /// The shared words of source `s` (their methods are the only way to them).
+    pub(crate) fn source(&self, s: usize) -> Source<'a> {
+        self.sources.source(s)
+    }
 }
 
 impl Protocol<'_> {
@@ -110,9 +118,12 @@ impl Protocol<'_> {
         Members::new(self.shared, self.live)
     }
 
-    /// The shared words of source `s` (their methods are the only way to them).
-    pub(crate) fn source(&self, s: usize) -> &SourceSlot {
-        self.shared.source(s)
+    /// Does member `m` hold the token of any source? (for its statistics)
+    pub(crate) fn leads_any(&self, m: u32) -> bool {
+        (0..self.sources.count()).any(|s| {
+            let src = self.source(s);
+            src.has_members() && src.leader().slot == m
+        })
     }
 
     /// Slot `m`'s occupant as it is now, if it is idle (inside `wait`).
@@ -175,13 +186,18 @@ impl Protocol<'_> {
         self.source(s).leader() == me
     }
 
-    /// Is `me` about to watch `s`: the leader waiting for the holder to consume the last event,
-    /// or the deputy of a leader?
-    pub(crate) fn about_to_watch(&self, s: usize, me: Occupant) -> bool {
+    /// Does it pay for `me` to spin for its turn on `s` rather than sleep? For the leader
+    /// waiting for the holder to consume the last event, when holds of `s` are quick (it was
+    /// rung as the token reached it, and would be rung again at the release); for the deputy of
+    /// a leader, when spinning pays (a backlog, and quick holds).
+    pub(crate) fn spin_pays_for(&self, s: usize, me: Occupant) -> bool {
         let src = self.source(s);
         let leader = src.leader();
-        (leader == me && !src.hold().is_free())
-            || (leader != me && !leader.is_none() && src.deputy() == me.slot)
+        if leader == me {
+            !src.hold().is_free() && self.holds_are_quick(s)
+        } else {
+            !leader.is_none() && src.deputy() == me.slot && self.spinning_pays(s)
+        }
     }
 
     /// Names the deputy of `s`: the next idle member after `leader` in line. It is rung at the
@@ -197,14 +213,18 @@ impl Protocol<'_> {
         self.source(s).set_deputy(deputy.map_or(NONE, |d| d.slot));
     }
 
-    /// Does it pay for the next leaders of `s` to be woken early and spin for their turn? Only
-    /// when there is a backlog (the source has lately been ready at once when a leader started
-    /// watching it) and holders consume quickly (well within the spin). Otherwise a spinner
-    /// would only burn its CPU and sleep anyway, so the next leader is rung at the release.
+    /// Does it pay for the next leaders of `s` to be woken early and spin for their turn (the
+    /// leader and its deputy)? Only when there is a backlog (the source has lately been ready
+    /// at once when a leader started watching it) and holders consume quickly (well within the
+    /// spin). Otherwise a deputy would only burn its CPU and sleep anyway.
     pub(crate) fn spinning_pays(&self, s: usize) -> bool {
-        !cfg!(loom)
-            && self.has_backlog(s)
-            && self.source(s).hold_ns() < SHORT_HOLD.as_nanos() as u64
+        self.has_backlog(s) && self.holds_are_quick(s)
+    }
+
+    /// Do holders of `s` consume quickly, well within a spin (a moving average of the holds)?
+    /// (Never under the model checker, where nobody spins.)
+    pub(crate) fn holds_are_quick(&self, s: usize) -> bool {
+        !cfg!(loom) && self.source(s).hold_ns() < SHORT_HOLD.as_nanos() as u64
     }
 
     /// The leader of `s` started watching it and found it `ready` at once, or not.
@@ -343,17 +363,13 @@ impl Protocol<'_> {
                         return;
                     }
                     src.set_watcher(from);
-                    if self.needs_watch(s) {
-                        self.wake(next.slot);
-                    } else if src.take_quiet_claim() {
-                        // The first hold after a quiet spell: the new leader may sleep with no
-                        // timer, and must learn of the hold in case it overruns.
-                        self.wake(next.slot);
-                    } else if self.spinning_pays(s) {
-                        // Rung while the holder still handles the event: the new leader wakes
-                        // meanwhile and spins for the release (see `EmulatedWaiter`); usually
-                        // it is awake already, as the last deputy. Its own deputy is next.
-                        self.wake(next.slot);
+                    // Rung whatever it will do: with the source free it must watch it; with a
+                    // hold in progress it depends on the holder (it ends an overdue hold, and
+                    // spins for the release when holds are quick, see `EmulatedWaiter`), and a
+                    // leader that sleeps unaware would leave a stalled holder unwatched.
+                    self.wake(next.slot);
+                    if !self.needs_watch(s) && self.spinning_pays(s) {
+                        // Under a backlog its own deputy is woken early too.
                         self.name_deputy(s, next.slot);
                     } else {
                         src.set_deputy(NONE);
@@ -391,15 +407,8 @@ impl Protocol<'_> {
         // The claim's time is stored before the claim itself: a member that sees the new
         // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
         // claim that loses only makes the current hold look younger.
-        let now = monotonic_ns();
-        let before = src.note_claim_time(now);
-        let hold = src.claim(me.slot)?;
-        if now.saturating_sub(before) >= ACTIVE_WINDOW.as_nanos() as u64 {
-            // The first claim after a quiet spell: members asleep since then have no timer,
-            // so `pass` rings the next leader (see `hold_left`).
-            src.mark_quiet_claim();
-        }
-        Some(hold)
+        src.note_claim_time(monotonic_ns());
+        src.claim(me.slot)
     }
 
     /// `me` won `hold` of `s`, for a readiness it saw after it last found `s` free, when `seen`
@@ -465,11 +474,9 @@ impl Protocol<'_> {
     /// happens if the hold was ended already (expired as overdue, or given up).
     pub(crate) fn release(&self, s: usize, hold: Hold) {
         let src = self.source(s);
-        if self.has_backlog(s) && src.hold() == hold {
+        if src.hold() == hold {
             // A moving average over the last few holds (1/8 weight); a hint, so races between
-            // holders of one source only blur it. It is read only under a backlog
-            // (`spinning_pays`), so it is only measured then: without one, a release reads no
-            // clock, and the average a backlog starts with is that of the last one.
+            // holders of one source only blur it (`holds_are_quick`).
             src.note_hold(monotonic_ns().saturating_sub(src.claimed_at()));
         }
         if src.end(hold) {
@@ -491,53 +498,42 @@ impl Protocol<'_> {
         }
     }
 
-    /// `me` no longer watches or holds `s` (it deleted the registration, or leaves): out of
-    /// the source's members, its hold (if any) released, its token passed on.
+    /// `me` no longer watches or holds `s` (it deleted the registration, or leaves): its hold
+    /// (if any) released, its token passed on, and last out of the source's members (a source
+    /// with no member left is nobody's, and may be taken for another file: see `table`).
     pub(crate) fn drop_source(&self, s: usize, me: Occupant, hold: Option<Hold>) {
-        self.source(s).set_member(me.slot, false);
         if let Some(hold) = hold {
             self.release(s, hold);
         }
         if self.leads(s, me) {
             self.pass(s, me, false);
         }
+        self.source(s).set_member(me.slot, false);
     }
 
-    /// How long `me`, idle and registered on `s`, may sleep before it must look at the hold of
-    /// `s` again (zero: a hold is overdue now). Someone must be awake to end an overdue hold,
-    /// and a member is made leader while a hold lasts without being rung (`pass`); so while
-    /// the source is active (a claim within `ACTIVE_WINDOW`), every member that does not
-    /// watch it sleeps at most `HOLD_BOUND`. A quiet source costs no timer: the first claim
-    /// after a quiet spell rings the new leader instead (see `claim` and `pass`).
+    /// How long `me`, idle and leading `s` while another member holds its last event, may sleep
+    /// before it must look at that hold again (zero: the hold is overdue now). Only the leader
+    /// depends on the holder (it watches the source again once the hold ends), so only the
+    /// leader keeps a timer, and only while the hold lasts: `pass` rings a member it makes
+    /// leader during a hold, so the leader knows. Every other member, and every member of a
+    /// source nobody holds, sleeps with no timer for it.
     ///
-    /// The clock is read through `now`, only when a hold's age matters (someone else holds
-    /// `s`, or someone else leads it), and at most once per `now`: a leader alone on its
-    /// source reads no clock here. The time is read before the claim's: an age so measured is
-    /// never more than the real one, so a young hold is never ended as overdue, and a reading
-    /// shared by several calls (one pass of `wait`) only makes a timer run later by that pass.
+    /// The clock is read through `now`, only when a hold's age matters, and at most once per
+    /// `now`. The time is read before the claim's: an age so measured is never more than the
+    /// real one, so a young hold is never ended as overdue, and a reading shared by several
+    /// calls (one pass of `wait`) only makes a timer run later by that pass.
     pub(crate) fn hold_left(&self, s: usize, me: Occupant, now: &Now) -> Option<Duration> {
         let src = self.source(s);
         let holder = src.hold().slot;
-        let leader = src.leader();
-        let since_claim = || {
-            let now = now.get();
-            Duration::from_nanos(now.saturating_sub(src.claimed_at()))
-        };
-        if holder != NONE && holder != me.slot {
-            Some(HOLD_BOUND.saturating_sub(since_claim()))
-        } else if holder == NONE
-            && leader != me
-            && !leader.is_none()
-            && since_claim() < ACTIVE_WINDOW
-        {
-            Some(HOLD_BOUND)
-        } else {
-            None
+        if holder == NONE || holder == me.slot || src.leader() != me {
+            return None;
         }
+        let since_claim = Duration::from_nanos(now.get().saturating_sub(src.claimed_at()));
+        Some(HOLD_BOUND.saturating_sub(since_claim))
     }
 
     /// Ends the hold of `s` if it is overdue (kept past `HOLD_BOUND` by another member): `me`
-    /// (any idle member registered on it) ends it, as if released, so that the leader watches
+    /// (its leader, see `hold_left`) ends it, as if released, so that the leader watches
     /// the source again; the late holder's own `release` then finds nothing to release. Only
     /// the hold found overdue is ended: the hold is read before its age (a claim made after
     /// that read is young), and ended by compare-and-swap against that very hold, so that a
@@ -579,7 +575,7 @@ impl Now {
     }
 
     /// The reading, taken now if not taken yet (0 stands for "not yet": the clock is far past it).
-    fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         match self.0.get() {
             0 => {
                 let now = monotonic_ns();

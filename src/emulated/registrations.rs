@@ -41,20 +41,22 @@ impl EmulatedWaiter {
                 let trial = registry::token(fd, self.next_seq) as usize;
                 self.poller_add(fd, trial, interest)?;
                 self.poller_delete(fd);
-                let s = group.shared.source_index(identity)?;
-                if self.sources.contains(&s) {
+                if self
+                    .sources
+                    .iter()
+                    .any(|&s| group.source(s).is_for(identity))
+                {
                     // Another descriptor of the same open file and direction (a dup) is
                     // registered exclusive already: one token per file and member.
                     return Err(Error::AlreadyRegistered { fd });
                 }
-                Some(s)
+                Some(group.join_source(identity, self.me)?)
             }
             false => None,
         };
         match source {
             None => self.poller_add(fd, registry::token(fd, self.next_seq) as usize, interest)?,
             Some(s) => {
-                group.source(s).set_member(self.me.slot, true);
                 self.sources.push(s);
                 self.exclusive_fds.push(fd);
             }
@@ -93,7 +95,7 @@ impl EmulatedWaiter {
         // Check the new registration before touching the old one (a look: it takes no
         // source slot, which would never be given back).
         if interest.is_exclusive() {
-            group.shared.source_room(identify(fd)?)?;
+            group.sources.room(identify(fd)?)?;
         }
         registry::replace(
             self,

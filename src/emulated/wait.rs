@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 #[cfg(unix)]
 use super::hand_out::poll_event;
 use super::hand_out::{ready_now, still_ready};
-use super::protocol::{Now, LIVENESS_CHECK, LIVENESS_SWEEP, TAKE_BOUND};
+use super::protocol::{Now, LIVENESS_CHECK, TAKE_BOUND};
 use super::{EmulatedWaiter, Protocol, SPIN_FOR_RELEASE};
 use crate::contract::Rotation;
 use crate::error::{Error, Result};
@@ -27,6 +27,9 @@ struct Pass {
     check_every: Option<Duration>,
     /// A leader is suspected stuck: look again `TAKE_BOUND` later.
     suspect: bool,
+    /// This member checks on a leader of an active source: a look for a stuck leader is due
+    /// when the timeout comes (`Protocol::stuck_look_in`).
+    stuck_look: bool,
     /// The wait's deadline.
     deadline: Option<Instant>,
     /// The deadline comes before every other timer (an empty wake-up is then its own).
@@ -285,10 +288,17 @@ impl EmulatedWaiter {
             .exclusive_fds
             .iter()
             .any(|fd| self.registrations[fd].suspect.is_some());
+        // The watcher of a leader looks for it stuck, less often the longer the source is
+        // quiet, and not at all once it has been quiet for a while.
+        let stuck_look = self
+            .sources
+            .iter()
+            .filter_map(|&s| tk.stuck_look_in(s, me, &now))
+            .min();
         let check_left = self
             .next_check
             .map(|at| at.saturating_duration_since(Instant::now()));
-        let timers = [check_left, hold, suspect.then_some(TAKE_BOUND)]
+        let timers = [check_left, hold, suspect.then_some(TAKE_BOUND), stuck_look]
             .into_iter()
             .flatten()
             .min();
@@ -298,6 +308,7 @@ impl EmulatedWaiter {
             probe,
             check_every,
             suspect,
+            stuck_look: stuck_look.is_some(),
             deadline,
             deadline_first: deadline_first && !probe,
             timeout: match probe {
@@ -307,11 +318,12 @@ impl EmulatedWaiter {
         })
     }
 
-    /// The processes this member depends on: their deaths wake it (a pidfd in its poller, on
-    /// Linux), and the periodic check stays as the fallback. Runs a check asked for now, and
-    /// returns the period of the check (`None`: no check needed), kept as a deadline across
-    /// passes and waits, so that a signal or an early return does not put it off (a timeout
-    /// restarted on every pass would).
+    /// The processes this member depends on (the holder of a source it leads, the leader of
+    /// one it passed the token to) and its neighbour in the group (`crate::ring`): their deaths
+    /// wake it (a pidfd in its poller, on Linux). Where one cannot be watched so, it checks
+    /// on them periodically instead: returns the period of that check (`None`: every death
+    /// comes as an event, or there is none to watch), kept as a deadline across passes and
+    /// waits, so that a signal or an early return does not put it off.
     fn watch_dependencies(&mut self, tk: &Protocol<'_>) -> Option<Duration> {
         self.depends_on.clear();
         for &s in &self.sources {
@@ -321,24 +333,44 @@ impl EmulatedWaiter {
                 }
             }
         }
-        let must_check = !self.depends_on.is_empty();
-        let by_event = must_check && self.deaths.watch(&self.poller, &self.depends_on);
-        if self.deaths.take_check_now() {
-            for &s in &self.sources {
-                tk.check(s, self.me);
+        let dependencies = self.depends_on.len();
+        let neighbour = self
+            .ring
+            .neighbour(tk.shared, self.me.slot, crate::pid::current());
+        if let Some(n) = neighbour {
+            if !self.depends_on.contains(&n.pid) {
+                self.depends_on.push(n.pid);
             }
         }
-        let sweep = !self.sources.is_empty() && tk.shared.spans_processes();
-        let check_every = match (must_check, sweep) {
-            (true, _) if !by_event => Some(LIVENESS_CHECK),
-            (true, _) | (false, true) => Some(LIVENESS_SWEEP),
-            (false, false) => None,
+        let by_event =
+            self.depends_on.is_empty() || self.deaths.watch(&self.poller, &self.depends_on);
+        if self.deaths.take_check_now() {
+            self.check_now(tk);
+        }
+        let check_every = match (by_event, dependencies) {
+            (true, _) => None,
+            (false, 0) => Some(crate::ring::SWEEP),
+            (false, _) => Some(LIVENESS_CHECK),
         };
         self.next_check = check_every.map(|every| {
             let at = Instant::now() + every;
             self.next_check.map_or(at, |next| next.min(at))
         });
         check_every
+    }
+
+    /// The liveness check: the members this member depends on, and the dead members of its
+    /// neighbour's process, are cleared out if they died.
+    fn check_now(&mut self, tk: &Protocol<'_>) {
+        for &s in &self.sources {
+            tk.check(s, self.me);
+        }
+        if let Some(n) = self
+            .ring
+            .neighbour(tk.shared, self.me.slot, crate::pid::current())
+        {
+            tk.reap_dead(Some(n.pid));
+        }
     }
 
     /// A pass's second step, the sleep: a spin for a release (under a backlog), or the ready
@@ -410,10 +442,16 @@ impl EmulatedWaiter {
             .deaths
             .fired(&self.poller, self.raw_events.iter().map(|ev| ev.key));
         if died {
-            // A process this member depends on ended: clear it out now.
+            // A process this member watches ended: its dead members are cleared out now
+            // (their holds released, their tokens passed on), and the neighbour looked for
+            // again.
+            for pid in self.deaths.take_ended() {
+                tk.reap_dead(Some(pid));
+            }
             for &s in &self.sources {
                 tk.check(s, self.me);
             }
+            self.ring.look_again();
             if only_deaths {
                 return None;
             }
@@ -457,11 +495,9 @@ impl EmulatedWaiter {
         let checked = checked_now || pass.check_every.is_some();
         if checked && !checked_now {
             self.next_check = None;
-            for &s in &self.sources {
-                tk.check(s, self.me);
-            }
+            self.check_now(tk);
         }
-        if checked || pass.suspect {
+        if checked || pass.suspect || pass.stuck_look {
             self.look_for_stuck(tk);
         }
         if slot.take_notified(self.membership.generation()) {
@@ -508,7 +544,7 @@ impl EmulatedWaiter {
                 .iter()
                 .take(64)
                 .enumerate()
-                .filter(|&(_, &s)| tk.about_to_watch(s, me) && tk.spinning_pays(s))
+                .filter(|&(_, &s)| tk.spin_pays_for(s, me))
                 .fold(0u64, |mask, (i, _)| mask | 1 << i)
         };
         let at_start = waiting(tk);
@@ -540,9 +576,7 @@ impl EmulatedWaiter {
             return false;
         }
         self.next_check = None;
-        for &s in &self.sources {
-            tk.check(s, self.me);
-        }
+        self.check_now(tk);
         true
     }
 

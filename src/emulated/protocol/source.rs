@@ -1,9 +1,10 @@
 //! A source's shared words, and the only code that reads or writes them.
 //!
 //! Each exclusive descriptor a group shares under the emulation has one [`SourceSlot`] in the
-//! group's shared memory (laid out in the header, `crate::shared`). Its fields are private to
-//! this module: the protocol (`super`) and everyone else go through the methods below, which
-//! name every transition. The words that decide who watches and who holds (`holder`, `leader`,
+//! group's shared memory, and a bitmap of the members that registered it, both in the source
+//! table (`super::table`, the emulation's region of the shared state). Their fields are
+//! private to this module: the protocol (`super`) and everyone else go through a [`Source`],
+//! the view of one slot and its bitmap, whose methods below name every transition. The words that decide who watches and who holds (`holder`, `leader`,
 //! `watcher`) each carry a *tag* beside the member's slot number, so that a compare-and-swap
 //! made against an earlier occupant of the slot, or an earlier hold, fails (no ABA), as the
 //! member word does (`crate::members`).
@@ -16,12 +17,12 @@
 //! | `leader`  | slot of the member that watches the source (the token), or `NONE` | that member's generation (0 with `NONE`) | compare-and-swap only |
 //! | `watcher` | slot of the member that checks the leader is alive, or `NONE` | that member's generation | stores, and one compare-and-swap (`volunteer`) |
 //!
-//! The other fields are single values: `id` (the open file, taken once by compare-and-swap and
-//! never given back), `members` (a bitmap of the slots registered on the source, bit n for
-//! member n, set and cleared by their own member or its reaper), `line_head` (a slot), and the
-//! hints `deputy`, `stuck`, `quiet_claim`, `claimed_at`, `hold_ns`, `ready_on_arm`, plain
-//! stores outside the model checker's view: a lost update there costs a check or a wake-up,
-//! never the token.
+//! The other fields are single values: `id` (the open file: taken and given back by the
+//! source table, under its lock, `super::table`), `members` (a bitmap of the slots registered
+//! on the source, bit n for member n, set by its member under the table's lock and cleared by
+//! its member or its reaper), `line_head` (a slot), and the hints `deputy`, `stuck`,
+//! `claimed_at`, `hold_ns`, `ready_on_arm`, plain stores outside the model checker's view: a
+//! lost update there costs a check or a wake-up, never the token.
 //!
 //! # Transitions of the holder word (`claim`, `end`)
 //!
@@ -68,7 +69,7 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::shared::{MEMBER_WORDS, NONE};
+use crate::shared::NONE;
 use crate::sync::AtomicU64;
 
 /// A member as a source's words name it: its slot and the occupant's generation.
@@ -92,7 +93,8 @@ impl Occupant {
     pub(crate) fn is_none(self) -> bool {
         self.slot == NONE
     }
-    fn word(self) -> u64 {
+    /// The occupant as a source's words (and the source table's lock) hold it.
+    pub(crate) fn word(self) -> u64 {
         match self.slot {
             NONE => Occupant::NONE.raw(),
             _ => self.raw(),
@@ -101,7 +103,8 @@ impl Occupant {
     fn raw(self) -> u64 {
         u64::from(self.slot) | u64::from(self.generation) << 32
     }
-    fn of(word: u64) -> Occupant {
+    /// The occupant a word names.
+    pub(crate) fn of(word: u64) -> Occupant {
         Occupant {
             slot: word as u32,
             generation: (word >> 32) as u32,
@@ -135,8 +138,10 @@ impl Hold {
 }
 
 /// One exclusive descriptor shared by the group (emulation only): its words live in the
-/// group's shared memory (the header, `crate::shared`), and only this module touches them.
-#[repr(C)]
+/// group's shared memory (the source table, `super::table`), and only this module touches
+/// them. Two cache lines of its own, so that members busy with different descriptors do not
+/// bounce one line between them.
+#[repr(C, align(128))]
 pub(crate) struct SourceSlot {
     /// A non-zero digest of the open file's identity (device, inode); 0 while unused.
     id: AtomicU64,
@@ -161,14 +166,24 @@ pub(crate) struct SourceSlot {
     /// (stopped, or starved of CPU): the token was taken from it, and `pass` skips it until it
     /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
     stuck: std::sync::atomic::AtomicU32,
-    /// Set by the first claim after a quiet spell, cleared by the `pass` that reads it: that
-    /// pass rings the new leader (see `Protocol::hold_left`). A hint.
-    quiet_claim: std::sync::atomic::AtomicU32,
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog.
     ready_on_arm: std::sync::atomic::AtomicU32,
-    /// Which members have registered this source (bit n: member n).
-    members: [AtomicU64; MEMBER_WORDS],
+}
+
+/// One source as the protocol sees it: its slot and its bitmap of members (bit n: member n
+/// registered it), both in the source table.
+#[derive(Clone, Copy)]
+pub(crate) struct Source<'a> {
+    slot: &'a SourceSlot,
+    members: &'a [AtomicU64],
+}
+
+impl std::ops::Deref for Source<'_> {
+    type Target = SourceSlot;
+    fn deref(&self) -> &SourceSlot {
+        self.slot
+    }
 }
 
 impl SourceSlot {
@@ -193,26 +208,8 @@ impl SourceSlot {
             claimed_at: std::sync::atomic::AtomicU64::new(0),
             hold_ns: std::sync::atomic::AtomicU64::new(0),
             stuck: std::sync::atomic::AtomicU32::new(NONE),
-            quiet_claim: std::sync::atomic::AtomicU32::new(0),
             ready_on_arm: std::sync::atomic::AtomicU32::new(0),
-            members: std::array::from_fn(|_| AtomicU64::new(0)),
         }
-    }
-
-    /// Writes "nobody" where zeroed memory would say "member 0" (a new group's set-up).
-    pub(crate) fn set_up(&self) {
-        self.holder.store(
-            Hold {
-                slot: NONE,
-                count: 0,
-            }
-            .word(),
-            SeqCst,
-        );
-        self.leader.store(Occupant::NONE.word(), SeqCst);
-        self.watcher.store(Occupant::NONE.word(), SeqCst);
-        self.deputy.store(NONE, SeqCst);
-        self.stuck.store(NONE, SeqCst);
     }
 
     // ---- the file --------------------------------------------------------------------------
@@ -225,29 +222,65 @@ impl SourceSlot {
     pub(crate) fn is_for(&self, id: u64) -> bool {
         self.id.load(SeqCst) == id
     }
-    /// Takes the slot for file `id` (non-zero), or finds it taken for that file already.
-    /// False if another file has it.
-    pub(crate) fn take_for(&self, id: u64) -> bool {
-        match self.id.compare_exchange(0, id, SeqCst, SeqCst) {
-            Ok(_) => true,
-            Err(existing) => existing == id,
-        }
+}
+
+impl<'a> Source<'a> {
+    /// The view of `slot` and its members' bitmap (the source table's words for it).
+    pub(crate) fn new(slot: &'a SourceSlot, members: &'a [AtomicU64]) -> Source<'a> {
+        Source { slot, members }
+    }
+
+    // ---- the file (with the source table's lock held) --------------------------------------
+
+    /// Takes the free slot for file `id` (non-zero), as a source nobody leads, holds or
+    /// watches. With the source table's lock held.
+    pub(crate) fn take_for(&self, id: u64) {
+        self.reset();
+        self.slot.id.store(id, SeqCst);
+    }
+    /// Nobody leads, holds or watches the source, and its hints start afresh; the claim count
+    /// goes on (so that a hold of the source's earlier file, ended by a late reaper, never
+    /// matches a hold of its next one).
+    pub(crate) fn reset(&self) {
+        let count = self.hold().count;
+        self.slot
+            .holder
+            .store(Hold { slot: NONE, count }.word(), SeqCst);
+        self.slot.leader.store(Occupant::NONE.word(), SeqCst);
+        self.slot.watcher.store(Occupant::NONE.word(), SeqCst);
+        self.slot.line_head.store(0, SeqCst);
+        self.slot.deputy.store(NONE, SeqCst);
+        self.slot.stuck.store(NONE, SeqCst);
+        self.slot.claimed_at.store(0, SeqCst);
+        self.slot.hold_ns.store(0, SeqCst);
+        self.slot.ready_on_arm.store(0, SeqCst);
     }
 
     // ---- who registered it -----------------------------------------------------------------
 
-    /// Has member `m` registered this source?
+    /// Has member `m` registered this source? (A slot out of the bitmap's range, read from a
+    /// damaged group, has not.)
     pub(crate) fn has_member(&self, m: u32) -> bool {
-        self.members[m as usize / 64].load(SeqCst) & (1 << (m % 64)) != 0
+        self.members
+            .get(m as usize / 64)
+            .is_some_and(|w| w.load(SeqCst) & (1 << (m % 64)) != 0)
     }
-    /// Records that member `m` registered this source (`on`) or no longer does.
+    /// Records that member `m` registered this source (`on`: with the source table's lock
+    /// held) or no longer does.
     pub(crate) fn set_member(&self, m: u32, on: bool) {
         let bit = 1u64 << (m % 64);
+        let Some(word) = self.members.get(m as usize / 64) else {
+            return;
+        };
         if on {
-            self.members[m as usize / 64].fetch_or(bit, SeqCst);
+            word.fetch_or(bit, SeqCst);
         } else {
-            self.members[m as usize / 64].fetch_and(!bit, SeqCst);
+            word.fetch_and(!bit, SeqCst);
         }
+    }
+    /// Has any member registered this source?
+    pub(crate) fn has_members(&self) -> bool {
+        self.members.iter().any(|w| w.load(SeqCst) != 0)
     }
 
     // ---- the hold --------------------------------------------------------------------------
@@ -351,13 +384,6 @@ impl SourceSlot {
             let _ = self.stuck.compare_exchange(m, NONE, SeqCst, SeqCst);
         }
     }
-    /// Marks (`true`) the first claim after a quiet spell; `take_quiet_claim` reads and clears.
-    pub(crate) fn mark_quiet_claim(&self) {
-        self.quiet_claim.store(1, SeqCst);
-    }
-    pub(crate) fn take_quiet_claim(&self) -> bool {
-        self.quiet_claim.swap(0, SeqCst) != 0
-    }
     /// When the last claim was made (monotonic ns).
     pub(crate) fn claimed_at(&self) -> u64 {
         self.claimed_at.load(SeqCst)
@@ -393,7 +419,7 @@ impl SourceSlot {
 /// Test scenes: words set by hand (the models use some, the unit tests others).
 #[cfg(test)]
 #[allow(dead_code)]
-impl SourceSlot {
+impl Source<'_> {
     /// The token is with `m`, whoever had it.
     pub(crate) fn force_leader(&self, m: Occupant) {
         self.leader.store(m.word(), SeqCst);

@@ -8,7 +8,9 @@
 //! `TAKE_BOUND` (stopped, or starved of CPU) loses the token to its watcher
 //! (`take_from_stuck`).
 
-use super::{Occupant, Protocol};
+use std::time::Duration;
+
+use super::{Now, Occupant, Protocol, ACTIVE_WINDOW, LIVENESS_CHECK};
 use crate::members::Life;
 use crate::shared::NONE;
 
@@ -23,6 +25,22 @@ impl Protocol<'_> {
         let checking =
             !leader.is_none() && leader != me && src.watcher() == me && src.hold().is_free();
         checking.then_some((leader, claimed))
+    }
+
+    /// How long `me` may sleep before it looks whether the leader of `s` is stuck (stopped, or
+    /// starved of CPU, with the source ready and unclaimed): only the member that checks on
+    /// that leader (its watcher) looks, only while nobody holds the source, and only while the
+    /// source is active (claimed within `ACTIVE_WINDOW`): every `LIVENESS_CHECK` at first, then
+    /// as long again as the source has been quiet, so a source that goes quiet costs a handful
+    /// of looks and then none.
+    pub(crate) fn stuck_look_in(&self, s: usize, me: Occupant, now: &Now) -> Option<Duration> {
+        let src = self.source(s);
+        let leader = src.leader();
+        if leader.is_none() || leader == me || src.watcher() != me || !src.hold().is_free() {
+            return None;
+        }
+        let quiet = Duration::from_nanos(now.get().saturating_sub(src.claimed_at()));
+        (quiet < ACTIVE_WINDOW).then(|| quiet.max(LIVENESS_CHECK))
     }
 
     /// `me` checks on `stuck`, which leads `s` but left it ready and unclaimed for
@@ -114,20 +132,36 @@ impl Protocol<'_> {
     /// against its tagged word), so the clearing is idempotent: a reap taken over from a dead
     /// reaper repeats whatever that one had done.
     pub(crate) fn clear_out(&self, dead: Occupant) {
-        for s in 0..crate::shared::MAX_SOURCES {
+        self.release_table_lock_of(dead);
+        for s in 0..self.sources.count() {
             let src = self.source(s);
             if !src.is_used() {
                 continue;
             }
-            // Its bit, and also a hold or a lead it kept on a source it was half-way through
-            // leaving (bit cleared, token not yet passed).
-            src.set_member(dead.slot, false);
+            // Its hold and its lead (also on a source it was half-way through leaving), then,
+            // last, its bit: a source with no member left may be taken for another file.
             let hold = src.hold();
             if hold.slot == dead.slot {
                 self.release(s, hold);
             }
             if self.leads(s, dead) {
                 self.pass(s, dead, false);
+            }
+            src.set_member(dead.slot, false);
+        }
+    }
+
+    /// Clears out the dead members of process `pid` (of every process: `None`): see
+    /// `GroupInner::reap_dead`.
+    pub(crate) fn reap_dead(&self, pid: Option<u32>) {
+        let members = self.members();
+        let me = std::process::id();
+        for m in 0..self.shared.high() {
+            if pid.is_some_and(|p| self.pid(m) != p) {
+                continue;
+            }
+            if let Some(seen) = members.dead(m, me) {
+                self.reap(m, seen);
             }
         }
     }

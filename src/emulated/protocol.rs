@@ -83,6 +83,12 @@ pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(40);
 /// Holds shorter than this on average let the next leaders spin for the release (see
 /// `Protocol::spinning_pays`); half the spin, so a spinner usually sees the release.
 pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
+/// A leader rung as the token reached it during a hold (`pass`) spins for the release, up to
+/// this long, when holds of the source last less than this on average: a wake-up here (the ring,
+/// the scheduler, a CPU gone idle on a virtual machine) costs tens of microseconds, so spinning
+/// through a shorter hold saves the second wake-up, at the release, and puts none on the
+/// hand-off's path. Longer holds are slept through (the release rings).
+pub(crate) const LEADER_SPIN: Duration = Duration::from_micros(100);
 /// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
 /// waited for: the leader expires its hold and watches the source again, at the price of at
 /// most one empty wake-up if the holder had not read its message yet.
@@ -194,7 +200,7 @@ impl Protocol<'_> {
         let src = self.source(s);
         let leader = src.leader();
         if leader == me {
-            !src.hold().is_free() && self.holds_are_quick(s)
+            !src.hold().is_free() && self.holds_shorter_than(s, LEADER_SPIN)
         } else {
             !leader.is_none() && src.deputy() == me.slot && self.spinning_pays(s)
         }
@@ -218,13 +224,19 @@ impl Protocol<'_> {
     /// at once when a leader started watching it) and holders consume quickly (well within the
     /// spin). Otherwise a deputy would only burn its CPU and sleep anyway.
     pub(crate) fn spinning_pays(&self, s: usize) -> bool {
-        self.has_backlog(s) && self.holds_are_quick(s)
+        self.has_backlog(s) && self.holds_shorter_than(s, SHORT_HOLD)
     }
 
-    /// Do holders of `s` consume quickly, well within a spin (a moving average of the holds)?
-    /// (Never under the model checker, where nobody spins.)
-    pub(crate) fn holds_are_quick(&self, s: usize) -> bool {
-        !cfg!(loom) && self.source(s).hold_ns() < SHORT_HOLD.as_nanos() as u64
+    /// Do holders of `s` consume within `bound` (a moving average of the holds)? (Never under
+    /// the model checker, where nobody spins.)
+    fn holds_shorter_than(&self, s: usize, bound: Duration) -> bool {
+        !cfg!(loom) && self.source(s).hold_ns() < bound.as_nanos() as u64
+    }
+
+    /// Does `me` lead `s` while another member holds it (it waits for the release)?
+    pub(crate) fn waits_for_release(&self, s: usize, me: Occupant) -> bool {
+        let src = self.source(s);
+        src.leader() == me && !src.hold().is_free()
     }
 
     /// The leader of `s` started watching it and found it `ready` at once, or not.

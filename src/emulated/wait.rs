@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 #[cfg(unix)]
 use super::hand_out::poll_event;
 use super::hand_out::{ready_now, still_ready};
-use super::protocol::{Now, LIVENESS_CHECK, TAKE_BOUND};
+use super::protocol::{Now, LEADER_SPIN, LIVENESS_CHECK, TAKE_BOUND};
 use super::{EmulatedWaiter, Protocol, SPIN_FOR_RELEASE};
 use crate::contract::Rotation;
 use crate::error::{Error, Result};
@@ -555,7 +555,14 @@ impl EmulatedWaiter {
         let changed =
             |tk: &Protocol<'_>| slot.is_notified(generation) || waiting(tk) & at_start != at_start;
         slot.spinning.store(1, SeqCst);
-        let mut until = Instant::now() + SPIN_FOR_RELEASE;
+        // A leader waits for a release it would otherwise be rung for; a deputy only for a turn
+        // that may come (`Protocol::spin_pays_for`).
+        let leading = self.sources.iter().any(|&s| tk.waits_for_release(s, me));
+        let budget = match leading {
+            true => LEADER_SPIN,
+            false => SPIN_FOR_RELEASE,
+        };
+        let mut until = Instant::now() + budget;
         if let Some(d) = deadline {
             until = until.min(d);
         }

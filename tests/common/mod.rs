@@ -631,3 +631,43 @@ pub fn fresh_queue(tag: &str) -> Option<(nix::mqueue::MqdT, nix::mqueue::MqdT)> 
     mq_unlink(name.as_str()).unwrap();
     Some((read, write))
 }
+
+/// Forks a child that runs `body` and exits with its code (101 if it panics).
+pub fn fork_child(body: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: fork; the child runs `body` and leaves with _exit, never returning to the
+    // test harness.
+    match unsafe { libc::fork() } {
+        -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(101);
+            // SAFETY: leaves the child at once, running no destructor of the parent's state.
+            unsafe { libc::_exit(code) }
+        }
+        pid => pid,
+    }
+}
+
+/// Waits for `pid` (at most `limit`, then kills it): its exit code, or 128 + its signal.
+pub fn reap(pid: libc::pid_t, limit: Duration) -> i32 {
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child without blocking.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            if libc::WIFEXITED(status) {
+                return libc::WEXITSTATUS(status);
+            }
+            return 128 + libc::WTERMSIG(status);
+        }
+        if start.elapsed() > limit {
+            // SAFETY: kills our own child, then reaps it.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return -1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

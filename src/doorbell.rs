@@ -153,7 +153,8 @@ impl Doorbells {
     pub(crate) fn ring(&self, slot: u32, generation: u32) {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if let Ok(local) = self.local.try_lock() {
-            if let Some((g, pid, fd)) = local[slot as usize] {
+            // (A slot out of range comes from a damaged group's memory: it has no bell.)
+            if let Some(&Some((g, pid, fd))) = local.get(slot as usize) {
                 if g == generation && pid == crate::pid::current() {
                     let one = 1u64.to_ne_bytes();
                     // SAFETY: writes 8 bytes from a live buffer to the member's eventfd, which
@@ -172,7 +173,10 @@ impl Doorbells {
     pub(crate) fn drain(&self, slot: u32) {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
-            let fd = self.own_local[slot as usize].load(SeqCst);
+            let fd = self
+                .own_local
+                .get(slot as usize)
+                .map_or(-1, |fd| fd.load(SeqCst));
             let mut count = [0u8; 8];
             // SAFETY: reads 8 bytes into a live buffer from this process's member's
             // non-blocking eventfd (the member drains its own bell, so it is open).
@@ -180,7 +184,7 @@ impl Doorbells {
                 return;
             }
         }
-        let fd = self.own[slot as usize].load(SeqCst);
+        let fd = self.own.get(slot as usize).map_or(-1, |fd| fd.load(SeqCst));
         if fd >= 0 {
             drain_socket(fd);
         }
@@ -392,7 +396,7 @@ impl Doorbells {
 
     pub(crate) fn ring(&self, slot: u32, _generation: u32) {
         let pollers = self.pollers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = &pollers[slot as usize] {
+        if let Some(Some(p)) = pollers.get(slot as usize) {
             let _ = p.notify();
         }
     }
@@ -414,10 +418,14 @@ impl Doorbells {
         })
     }
     pub(crate) fn ring(&self, slot: u32, _generation: u32) {
-        self.rung[slot as usize].store(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(r) = self.rung.get(slot as usize) {
+            r.store(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
     pub(crate) fn drain(&self, slot: u32) {
-        self.rung[slot as usize].store(0, std::sync::atomic::Ordering::SeqCst);
+        if let Some(r) = self.rung.get(slot as usize) {
+            r.store(0, std::sync::atomic::Ordering::SeqCst);
+        }
     }
     /// Has the bell of `slot` rung since it was last drained?
     #[cfg(test)]

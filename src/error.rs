@@ -103,12 +103,17 @@ pub enum Error {
         /// The group's size.
         max: usize,
     },
-    /// The group has too many distinct exclusive descriptors for the emulation's shared table.
+    /// The members of an emulated group have as many distinct exclusive descriptors registered
+    /// at once as its shared table holds (a descriptor no member has registered any more frees
+    /// its place).
     #[error(
-        "the group already watches {max} distinct exclusive descriptors, the most it can share"
+        "the group's members have {max} distinct exclusive descriptors registered at once, the \
+         most its table holds: build the group with a larger \
+         GroupBuilder::max_exclusive_descriptors (C: herdless_options.max_exclusive), or delete \
+         registrations no longer in use"
     )]
     TooManySources {
-        /// The size of the shared table.
+        /// The size of the shared table (`GroupBuilder::max_exclusive_descriptors`).
         max: usize,
     },
     /// A Waiter was used in a process other than the one that joined (it moved across `fork`).

@@ -488,7 +488,7 @@ impl<'a> Members<'a> {
         self.slot(me.member)
             .life
             .swap(me.word(state::JOINING), me.word(state::BUSY))
-            .map_err(|_| lost_slot())?;
+            .map_err(|_| lost_slot(self.shared))?;
         self.roster_changed();
         Ok(me)
     }
@@ -652,8 +652,11 @@ impl SharedState {
     }
 }
 
-/// The error of a member whose slot was taken from it (never, while invariant 1 holds).
-pub(crate) fn lost_slot() -> Error {
+/// The error of a member whose slot was taken from it: never, while invariant 1 holds, so it
+/// means the shared memory was overwritten, and the state is marked damaged (the caller's
+/// call then says `CorruptGroup`).
+pub(crate) fn lost_slot(shared: &SharedState) -> Error {
+    shared.mark_damaged();
     Error::io(
         "this member's slot was cleared out by another member",
         std::io::Error::other("its liveness lock was lost"),

@@ -167,10 +167,11 @@ impl Waiter {
         interest.validate(key)?;
         let raw = raw_of(&fd);
         check_nonblocking(raw, interest)?;
-        match &mut *self.engine {
+        let done = match &mut *self.engine {
             Engine::Native(n) => n.add(raw, key, interest),
             Engine::Emulated(e) => e.add(&self.group.protocol(), raw, key, interest),
-        }
+        };
+        self.told(done)
     }
 
     /// Changes the key or interest of a registered `fd`. An exclusive registration is changed by
@@ -200,10 +201,11 @@ impl Waiter {
         interest.validate(key)?;
         let raw = raw_of(&fd);
         check_nonblocking(raw, interest)?;
-        match &mut *self.engine {
+        let done = match &mut *self.engine {
             Engine::Native(n) => n.modify(raw, key, interest),
             Engine::Emulated(e) => e.modify(&self.group.protocol(), raw, key, interest),
-        }
+        };
+        self.told(done)
     }
 
     /// Stops watching `fd`. A registered number closed (or reused) since it was added is
@@ -218,10 +220,11 @@ impl Waiter {
     pub fn delete(&mut self, fd: impl AsSource) -> Result<()> {
         self.check_process()?;
         let raw = raw_of(&fd);
-        match &mut *self.engine {
+        let done = match &mut *self.engine {
             Engine::Native(n) => n.delete(raw),
             Engine::Emulated(e) => e.delete(&self.group.protocol(), raw),
-        }
+        };
+        self.told(done)
     }
 
     /// Waits for events, at most `events.capacity()` of them (one if any registration asked for
@@ -262,14 +265,19 @@ impl Waiter {
             Engine::Native(n) => {
                 // IDLE while inside `wait`: whom a member handing readiness on may ring.
                 let members = self.group.members();
-                members.go_idle(&self.membership);
+                if !members.go_idle(&self.membership) {
+                    return self.told(Err(crate::members::lost_slot(&self.group.shared)));
+                }
                 let group = &self.group;
                 let n = n.wait(slot, events, timeout, &|pid| group.reap_dead(pid));
-                members.go_busy(&self.membership);
+                if !members.go_busy(&self.membership) {
+                    return self.told(Err(crate::members::lost_slot(&self.group.shared)));
+                }
                 n
             }
             Engine::Emulated(e) => e.wait(&self.group.protocol(), events, timeout),
-        }?;
+        };
+        let n = self.told(n)?;
         slot.events.add(n as u64);
         Ok(n)
     }
@@ -323,10 +331,11 @@ impl Waiter {
     /// [`Error::ForkedWaiter`], or [`Error::Io`] if re-registering fails.
     pub fn consumed(&mut self, key: usize) -> Result<()> {
         self.check_process()?;
-        match &mut *self.engine {
+        let done = match &mut *self.engine {
             Engine::Native(n) => n.consumed(key),
             Engine::Emulated(e) => e.consumed(&self.group.protocol(), key),
-        }
+        };
+        self.told(done)
     }
 
     /// Says that the event with `key` that [`wait`](Self::wait) handed out found nothing: the
@@ -436,6 +445,21 @@ impl Waiter {
                     membership.generation(),
                 )),
             },
+        }
+    }
+
+    /// A call's outcome as the caller is told it: an error met while the group's shared memory
+    /// was being damaged under the call is that damage (`CorruptGroup`), whatever the step
+    /// that failed on it.
+    fn told<T>(&self, outcome: Result<T>) -> Result<T> {
+        match outcome {
+            Err(e) => Err(self
+                .group
+                .shared
+                .check(self.group.name.as_deref())
+                .err()
+                .unwrap_or(e)),
+            ok => ok,
         }
     }
 

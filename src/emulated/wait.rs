@@ -119,13 +119,13 @@ impl EmulatedWaiter {
         }
         // Through the member table, against this occupancy: a slot being reaped stays reaped.
         if !group.members().go_idle(&self.membership) {
-            return Err(crate::members::lost_slot());
+            return Err(crate::members::lost_slot(tk.shared));
         }
         let result = self.wait_idle(tk, events, deadline);
         // Going busy: pass on every token this member has, so the group keeps listening, and go
         // to the back of the lines where it is due.
         if !group.members().go_busy(&self.membership) {
-            return Err(crate::members::lost_slot());
+            return Err(crate::members::lost_slot(tk.shared));
         }
         for &s in &self.sources {
             let to_back = self.to_back.contains(&s);

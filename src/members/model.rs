@@ -19,7 +19,7 @@ struct World {
 impl World {
     fn new(capacity: usize) -> Arc<World> {
         Arc::new(World {
-            shared: SharedState::for_tests(capacity).unwrap(),
+            shared: crate::inner::test_state(crate::Backend::Emulated, capacity),
             live: Liveness::new(capacity).unwrap(),
         })
     }

@@ -6,6 +6,7 @@
 use super::*;
 use crate::members::state;
 use crate::shared::SharedState;
+use crate::Backend;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -25,29 +26,34 @@ impl World {
     }
     /// A group of `members` members registered on `sources` sources (0, then 1).
     fn with_sources(members: u32, sources: usize) -> Arc<World> {
-        let shared = SharedState::for_tests(4).unwrap();
+        let shared = crate::inner::test_state(Backend::Emulated, 4);
         for _ in 0..members {
             shared.claim_slot(1).unwrap();
         }
-        for (want, &id) in IDS.iter().enumerate().take(sources) {
-            assert_eq!(shared.source_index(id).unwrap(), want);
-            for m in 0..members {
-                shared.source(want).set_member(m, true);
-            }
-        }
-        Arc::new(World {
+        let w = World {
             shared,
             bells: Doorbells::new(0, 4).unwrap(),
             live: Liveness::new(4).unwrap(),
-        })
+        };
+        for (want, &id) in IDS.iter().enumerate().take(sources) {
+            for m in 0..members {
+                assert_eq!(w.token().join_source(id, w.who(m)).unwrap(), want);
+            }
+        }
+        Arc::new(w)
     }
     fn token(&self) -> Protocol<'_> {
         Protocol {
             shared: &self.shared,
+            sources: SourceTable::of(&self.shared, TableLayout::of(&self.shared.settings())),
             bells: &self.bells,
             live: &self.live,
             rotation: Rotation::Every(1),
         }
+    }
+    /// Source `s`'s words.
+    fn source(&self, s: usize) -> Source<'_> {
+        SourceTable::of(&self.shared, TableLayout::of(&self.shared.settings())).source(s)
     }
     /// Member `m` enters (IDLE) or leaves (BUSY) `wait`, through the member table.
     fn set_state(&self, m: u32, st: u32) {
@@ -60,7 +66,7 @@ impl World {
         assert!(flipped);
     }
     fn leader(&self) -> u32 {
-        self.shared.source(0).leader().slot
+        self.source(0).leader().slot
     }
     /// Member `m` as the sources' words name it.
     fn who(&self, m: u32) -> Occupant {
@@ -68,14 +74,14 @@ impl World {
     }
     /// Member `m` leads source `s`.
     fn lead(&self, s: usize, m: u32) {
-        self.shared.source(s).force_leader(self.who(m));
+        self.source(s).force_leader(self.who(m));
     }
     /// `leader` (idle) leads source 0 while `holder` still holds its last event.
     fn led_while_held(members: u32, holder: u32, leader: u32) -> Arc<World> {
         let w = World::new(members);
         w.set_state(leader, state::IDLE);
         w.lead(0, leader);
-        w.shared.source(0).force_hold(holder);
+        w.source(0).force_hold(holder);
         w
     }
 }
@@ -122,7 +128,7 @@ fn two_sources_passed_while_two_members_go_idle() {
         let took: Vec<[bool; 2]> = idle.into_iter().map(|h| h.join().unwrap()).collect();
         busy.join().unwrap();
         for s in 0..2 {
-            let leader = w.shared.source(s).leader().slot;
+            let leader = w.source(s).leader().slot;
             assert!(leader == 1 || leader == 2, "source {s} led by {leader}");
             let knows = took[leader as usize - 1][s] || w.bells.is_rung(leader);
             assert!(knows, "source {s}: its leader {leader} was never told");
@@ -142,7 +148,7 @@ fn an_overdue_hold_ended_while_it_is_released() {
         for s in 0..2 {
             w.lead(s, leader);
         }
-        let holds = [0, 1].map(|s| w.shared.source(s).force_hold([h0, h1][s]));
+        let holds = [0, 1].map(|s| w.source(s).force_hold([h0, h1][s]));
         let late = spawn_release(&w, h0);
         let hold1 = holds[1];
         let other = {
@@ -185,8 +191,8 @@ fn a_stuck_leader_resumes_while_its_token_is_taken() {
         };
         let took = w.token().take_from_stuck(0, w.who(checker), w.who(stuck));
         let claimed = resumed.join().unwrap();
-        let src = w.shared.source(0);
-        assert_eq!(w.shared.source(1).leader().slot, checker);
+        let src = w.source(0);
+        assert_eq!(w.source(1).leader().slot, checker);
         if took {
             assert_eq!(w.leader(), checker);
             assert_eq!(src.stuck(), stuck);
@@ -212,7 +218,7 @@ fn spawn_go_busy_and_pass(w: &Arc<World>, m: u32, to_back: bool) -> thread::Join
 
 /// `holder` releases its hold of source 0 of `w` on another thread.
 fn spawn_release(w: &Arc<World>, holder: u32) -> thread::JoinHandle<()> {
-    let hold = w.shared.source(0).hold();
+    let hold = w.source(0).hold();
     assert_eq!(hold.slot, holder);
     let w = w.clone();
     thread::spawn(move || w.token().release(0, hold))
@@ -405,13 +411,13 @@ fn a_readiness_consumed_by_a_take_back() {
             let (w, queued) = (w.clone(), queued.clone());
             thread::spawn(move || {
                 // `match_poller`: the count, then the source found free; then the message seen.
-                let seen = w.shared.source(0).hold().count;
+                let seen = w.source(0).hold().count;
                 let sees = w.token().needs_watch(0) && queued.load(SeqCst);
                 sees && claim_and_read(&w, leader, seen, &queued)
             })
         };
         let took = w.token().take_if_due(0, w.who(back));
-        let seen = w.shared.source(0).hold().count;
+        let seen = w.source(0).hold().count;
         let sees = w.token().needs_watch(0) && queued.load(SeqCst);
         let second = took && sees && claim_and_read(&w, back, seen, &queued);
         let first = first.join().unwrap();
@@ -449,7 +455,7 @@ fn a_hold_expired_while_its_holder_releases_and_claims_again() {
     loom::model(|| {
         let w = World::new(2);
         let (holder, other) = (0, 1);
-        let overdue = w.shared.source(0).force_hold(holder);
+        let overdue = w.source(0).force_hold(holder);
         let h = {
             let w = w.clone();
             thread::spawn(move || {
@@ -460,7 +466,7 @@ fn a_hold_expired_while_its_holder_releases_and_claims_again() {
         w.token().expire_hold(0, w.who(other), overdue);
         let again = h.join().unwrap().expect("nobody else claims");
         assert_eq!(
-            w.shared.source(0).hold(),
+            w.source(0).hold(),
             again,
             "a fresh hold was ended as overdue"
         );
@@ -478,7 +484,7 @@ fn a_late_reap_leaves_the_next_occupant_alone() {
     const REAPER_B: u32 = 3;
     const JOINER: u32 = 4;
     bounded(|| {
-        let shared = SharedState::for_tests(1).unwrap();
+        let shared = crate::inner::test_state(Backend::Emulated, 1);
         let live = Liveness::new(1).unwrap();
         let w = Arc::new(World {
             shared,
@@ -490,10 +496,9 @@ fn a_late_reap_leaves_the_next_occupant_alone() {
             .members()
             .publish(w.token().members().claim(DEAD_PID).unwrap());
         let dead = members.unwrap().member;
-        assert_eq!(w.shared.source_index(IDS[0]).unwrap(), 0);
-        w.shared.source(0).set_member(dead, true);
+        assert_eq!(w.token().join_source(IDS[0], w.who(dead)).unwrap(), 0);
         w.lead(0, dead);
-        w.shared.source(0).force_hold(dead);
+        w.source(0).force_hold(dead);
         w.live.kill(DEAD_PID);
         let seen = w
             .token()
@@ -523,14 +528,14 @@ fn a_late_reap_leaves_the_next_occupant_alone() {
         let mine = joined.ok().map(|me| {
             let who = w.who(me.member);
             w.set_state(me.member, state::IDLE);
-            w.shared.source(0).set_member(me.member, true);
+            assert_eq!(token.join_source(IDS[0], who).unwrap(), 0);
             let took = token.take_if_due(0, who);
             let hold = token.claim(0, who);
             (who, took, hold)
         });
         late.join().unwrap();
         if let Some((who, took, hold)) = mine {
-            let src = w.shared.source(0);
+            let src = w.source(0);
             assert!(
                 src.has_member(who.slot),
                 "the joiner's registration was undone"

@@ -229,10 +229,17 @@ typedef struct herdless_options {
    */
   uint32_t rotate_every;
   /**
-   * How many members may join (default 64, at most 4096). A slot costs shared memory only,
-   * no descriptor.
+   * How many members may join (default 64, at most 16384). A slot costs shared memory only,
+   * no descriptor, and a join costs the same in a large group as in a small one.
    */
   size_t max_members;
+  /**
+   * How many distinct exclusive descriptors the members of an emulated group may have
+   * registered at once (default 1024, at most 65536): past it an exclusive herdless_add
+   * fails with HERDLESS_EFULL. A descriptor no member has registered any more frees its
+   * place. Ignored by the native backend, which keeps no such table.
+   */
+  size_t max_exclusive;
 } herdless_options;
 
 /**
@@ -333,7 +340,7 @@ typedef struct herdless_member_stats {
 
 /**
  * Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
- * HERDLESS_ROTATE_ADAPTIVE, 64 members.
+ * HERDLESS_ROTATE_ADAPTIVE, 64 members, 1024 exclusive descriptors at once.
  *
  * Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
  *

@@ -142,9 +142,8 @@ pub(crate) struct NativeWaiter {
     consumed_at: u64,
     quick: bool,
     /// Whose death this member watches (`crate::ring`), and the pidfd in `epoll` it watches it
-    /// by (`deaths.rs`).
-    ring: crate::ring::RingWatch,
-    watched: Option<deaths::Watched>,
+    /// by (`deaths.rs`); boxed, as it is looked at only when the group's roster changes.
+    deaths: Box<deaths::Deaths>,
 }
 
 impl NativeWaiter {
@@ -190,8 +189,7 @@ impl NativeWaiter {
             ready_seen: std::cell::Cell::new(None),
             consumed_at: 0,
             quick: false,
-            ring: crate::ring::RingWatch::default(),
-            watched: None,
+            deaths: Box::default(),
         };
         waiter
             .watch_bell(&waiter.epoll)

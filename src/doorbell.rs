@@ -191,6 +191,21 @@ impl Doorbells {
     }
 }
 
+/// After a reap: every member of the group whose bell is marked rung is rung again. A ringer
+/// marks a bell (the slot's `rung`) before it writes to it, so that a bell is rung once until
+/// its member drains it; one killed between the two left a mark with no ring behind it, and the
+/// member it meant to wake would sleep on, skipped by every later ring, until its next event.
+/// The dead ringer is gone now: whoever rings after its reap writes, and a second ring only
+/// wakes a member for the same look at the shared state. (Both backends mark their bells.)
+pub(crate) fn ring_marked(shared: &crate::shared::SharedState, bells: &Doorbells) {
+    for m in 0..shared.high() {
+        let slot = shared.member(m);
+        if slot.rung.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+            bells.ring(m, slot.generation());
+        }
+    }
+}
+
 /// A bell's address on Linux: an abstract name, `herdless/<incarnation>/<slot>/<generation>`.
 #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
 fn bell_address(

@@ -112,12 +112,24 @@ impl GroupInner {
     /// on; natively a readiness on a dead member's ready list went with it, so an idle member
     /// looks (the next one in the group's hand-on order).
     pub(crate) fn reap_dead(&self, pid: Option<u32>) {
-        if self.emulation.is_some() {
-            self.protocol().reap_dead(pid);
-            return;
+        match self.emulation {
+            Some(_) => {
+                self.protocol().reap_dead(pid);
+            }
+            None => {
+                if self.reap_dead_natively(pid) {
+                    self.ring_marked_bells();
+                }
+            }
         }
+    }
+
+    /// The native reap: what the dead members of `pid` took with them is handed on. Returns
+    /// whether it reaped any.
+    fn reap_dead_natively(&self, pid: Option<u32>) -> bool {
         let members = self.members();
         let me = std::process::id();
+        let mut any = false;
         for m in 0..self.shared.high() {
             if pid.is_some_and(|p| self.shared.member(m).pid.load(SeqCst) != p) {
                 continue;
@@ -131,6 +143,16 @@ impl GroupInner {
             if let (true, Some(bells)) = (reaped, &self.native_bells) {
                 crate::platform::ring_idle(&self.shared, bells, None);
             }
+            any |= reaped;
+        }
+        any
+    }
+
+    /// After a native reap: every member whose bell is marked rung is rung again (see
+    /// `crate::doorbell::ring_marked`).
+    fn ring_marked_bells(&self) {
+        if let Some(bells) = &self.native_bells {
+            crate::doorbell::ring_marked(&self.shared, bells);
         }
     }
 }

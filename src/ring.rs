@@ -54,20 +54,11 @@ pub(crate) fn neighbour(shared: &SharedState, me: u32, my_pid: u32) -> Option<Ne
 }
 
 /// One member's watch of its neighbour: the roster it last looked at, and whom it found.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct RingWatch {
     /// The header's `roster` when the neighbour was last looked for (`None`: look now).
     seen: Option<u64>,
     neighbour: Option<Neighbour>,
-}
-
-impl Default for RingWatch {
-    fn default() -> RingWatch {
-        RingWatch {
-            seen: None,
-            neighbour: None,
-        }
-    }
 }
 
 impl RingWatch {

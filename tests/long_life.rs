@@ -60,7 +60,7 @@ fn descriptors_in_turn_through_one_group(backend: Backend) {
                     barrier.wait(); // the round's descriptor is open
                     let fd: RawFd = current.load(SeqCst);
                     let shared = Interest::READABLE.exclusive().one_event_round_robin();
-                    if let Err(e) = waiter.add(&fd_of(fd), 0, shared) {
+                    if let Err(e) = waiter.add(fd_of(fd), 0, shared) {
                         errors
                             .lock()
                             .unwrap()
@@ -76,7 +76,7 @@ fn descriptors_in_turn_through_one_group(backend: Backend) {
                             waiter.consumed(0).unwrap();
                         }
                     }
-                    if let Err(e) = waiter.delete(&fd_of(fd)) {
+                    if let Err(e) = waiter.delete(fd_of(fd)) {
                         errors
                             .lock()
                             .unwrap()
@@ -86,14 +86,14 @@ fn descriptors_in_turn_through_one_group(backend: Backend) {
                 }
             });
         }
-        for round in 0..rounds {
+        for (round, read) in reads.iter().enumerate() {
             let (rx, tx) = pipe();
             current.store(rx.as_raw_fd(), SeqCst);
             barrier.wait();
             barrier.wait();
             write_msg(tx.as_raw_fd(), round as u64);
             let written = Instant::now();
-            while reads[round].load(SeqCst) == 0 {
+            while read.load(SeqCst) == 0 {
                 assert!(
                     written.elapsed() < WAIT_BOUND,
                     "{backend:?}: the message of round {round} was never read ({:?})",

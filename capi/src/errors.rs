@@ -164,7 +164,14 @@ impl From<herdless::Error> for Failure {
                      (herdless_options.max_members)"
                 ),
             ),
-            E::TooManySources { .. } => (HERDLESS_EFULL, e.to_string()),
+            E::TooManySources { max } => (
+                HERDLESS_EFULL,
+                format!(
+                    "the group's members have {max} distinct exclusive descriptors registered at \
+                     once, the most its table holds: make the group with a larger \
+                     herdless_options.max_exclusive, or delete registrations no longer in use"
+                ),
+            ),
             E::ForkedWaiter { .. } => (HERDLESS_EWRONGPROCESS, e.to_string()),
             E::GroupNotFound { .. } => (HERDLESS_ENOGROUP, e.to_string()),
             E::GroupSettingsDiffer { .. } => (HERDLESS_ESETTINGS, e.to_string()),

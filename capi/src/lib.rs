@@ -87,9 +87,14 @@ pub struct herdless_options {
     /// stream), or after this many events: 1 is strict turns at any cost, 0 never rotates
     /// (raw EPOLLEXCLUSIVE).
     pub rotate_every: u32,
-    /// How many members may join (default 64, at most 4096). A slot costs shared memory only,
-    /// no descriptor.
+    /// How many members may join (default 64, at most 16384). A slot costs shared memory only,
+    /// no descriptor, and a join costs the same in a large group as in a small one.
     pub max_members: usize,
+    /// How many distinct exclusive descriptors the members of an emulated group may have
+    /// registered at once (default 1024, at most 65536): past it an exclusive herdless_add
+    /// fails with HERDLESS_EFULL. A descriptor no member has registered any more frees its
+    /// place. Ignored by the native backend, which keeps no such table.
+    pub max_exclusive: usize,
 }
 
 /// `rotate_every` value: the adaptive rule, turns by the event and batches under a backlog
@@ -262,7 +267,7 @@ fn with_source<R>(
 }
 
 /// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
-/// HERDLESS_ROTATE_ADAPTIVE, 64 members.
+/// HERDLESS_ROTATE_ADAPTIVE, 64 members, 1024 exclusive descriptors at once.
 ///
 /// Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
 ///
@@ -320,6 +325,7 @@ fn default_options() -> herdless_options {
         backend: HERDLESS_BACKEND_AUTO,
         rotate_every: HERDLESS_ROTATE_ADAPTIVE,
         max_members: herdless::DEFAULT_MAX_MEMBERS,
+        max_exclusive: herdless::DEFAULT_MAX_EXCLUSIVE,
     }
 }
 
@@ -343,7 +349,8 @@ fn builder(options: &herdless_options) -> Result<herdless::GroupBuilder, Failure
     Ok(Group::builder()
         .backend(backend)
         .rotation(rotation)
-        .max_members(options.max_members))
+        .max_members(options.max_members)
+        .max_exclusive_descriptors(options.max_exclusive))
 }
 
 /// The Rust string of a C string argument.

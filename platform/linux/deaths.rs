@@ -15,9 +15,16 @@ use crate::ring;
 pub(super) const DEATH_DATA: u64 = u64::MAX - 2;
 
 /// The neighbour's process whose death a member watches, and the pidfd it watches it by.
-pub(super) struct Watched {
+struct Watched {
     pid: u32,
     fd: OwnedFd,
+}
+
+/// A member's watch of deaths: whose (`crate::ring`), and the pidfd in its epoll.
+#[derive(Default)]
+pub(super) struct Deaths {
+    ring: crate::ring::RingWatch,
+    watched: Option<Watched>,
 }
 
 /// What a member does about a death: reap the dead slots of one process (`Some(pid)`), or of
@@ -31,11 +38,12 @@ impl NativeWaiter {
     /// was opened). Returns whether deaths reach this member as events (else it sweeps).
     pub(super) fn watch_neighbour(&mut self, on_death: OnDeath<'_>) -> bool {
         let want = self
+            .deaths
             .ring
             .neighbour(&self.shared, self.me, crate::pid::current());
         let want = want.map(|n| n.pid);
-        if want == self.watched.as_ref().map(|w| w.pid) {
-            return want.is_none() || self.watched.is_some();
+        if want == self.deaths.watched.as_ref().map(|w| w.pid) {
+            return want.is_none() || self.deaths.watched.is_some();
         }
         self.unwatch();
         let Some(pid) = want else {
@@ -51,21 +59,21 @@ impl NativeWaiter {
                     DEATH_DATA,
                 );
                 if added.is_err() {
-                    self.ring.look_again();
+                    self.deaths.ring.look_again();
                     return false;
                 }
-                self.watched = Some(Watched { pid, fd });
+                self.deaths.watched = Some(Watched { pid, fd });
                 on_death(Some(pid));
                 true
             }
             Err(Some(libc::ESRCH)) => {
                 // Gone already: its slots are cleared out now, and the next neighbour watched.
                 on_death(Some(pid));
-                self.ring.look_again();
+                self.deaths.ring.look_again();
                 true
             }
             Err(_) => {
-                self.ring.look_again();
+                self.deaths.ring.look_again();
                 false
             }
         }
@@ -74,24 +82,24 @@ impl NativeWaiter {
     /// The neighbour's pidfd fired: its process ended. Its dead slots are cleared out (what it
     /// held handed on), and the next neighbour is watched at once.
     pub(super) fn neighbour_died(&mut self, on_death: OnDeath<'_>) -> bool {
-        if let Some(w) = self.watched.take() {
+        if let Some(w) = self.deaths.watched.take() {
             let _ = ctl(&self.epoll, libc::EPOLL_CTL_DEL, w.fd.as_raw_fd(), 0, 0);
             on_death(Some(w.pid));
         }
-        self.ring.look_again();
+        self.deaths.ring.look_again();
         self.watch_neighbour(on_death)
     }
 
     /// Stops watching the neighbour (a new one, or the member leaves).
     pub(super) fn unwatch(&mut self) {
-        if let Some(w) = self.watched.take() {
+        if let Some(w) = self.deaths.watched.take() {
             let _ = ctl(&self.epoll, libc::EPOLL_CTL_DEL, w.fd.as_raw_fd(), 0, 0);
         }
     }
 
     /// Adds the neighbour's pidfd to `epoll` (a rebuilt instance).
     pub(super) fn watch_death(&self, epoll: &OwnedFd) -> std::io::Result<()> {
-        match &self.watched {
+        match &self.deaths.watched {
             Some(w) => ctl(
                 epoll,
                 libc::EPOLL_CTL_ADD,

@@ -152,26 +152,33 @@ impl Protocol<'_> {
     }
 
     /// Clears out the dead members of process `pid` (of every process: `None`): see
-    /// `GroupInner::reap_dead`.
-    pub(crate) fn reap_dead(&self, pid: Option<u32>) {
+    /// `GroupInner::reap_dead`. Returns whether it reaped any.
+    pub(crate) fn reap_dead(&self, pid: Option<u32>) -> bool {
         let members = self.members();
         let me = std::process::id();
+        let mut any = false;
         for m in 0..self.shared.high() {
             if pid.is_some_and(|p| self.pid(m) != p) {
                 continue;
             }
             if let Some(seen) = members.dead(m, me) {
-                self.reap(m, seen);
+                any |= self.reap(m, seen);
             }
         }
+        any
     }
 
     /// Clears out member `m`, found dead in word `seen` (see `Members::reap`): whether this
     /// process reaped it.
     pub(crate) fn reap(&self, m: u32, seen: Life) -> bool {
-        self.members()
+        let reaped = self
+            .members()
             .reap(m, seen, std::process::id(), |slot, generation| {
                 self.clear_out(Occupant::new(slot, generation))
-            })
+            });
+        if reaped {
+            crate::doorbell::ring_marked(self.shared, self.bells);
+        }
+        reaped
     }
 }

@@ -68,6 +68,13 @@ mod linux {
             match unsafe { libc::fork() } {
                 -1 => panic!("fork: {}", std::io::Error::last_os_error()),
                 0 => {
+                    // The parent's ends: the stop pipe's hang-up must reach this child.
+                    // SAFETY: closes the child's copies of descriptors it never uses again (it
+                    // leaves with _exit, dropping nothing).
+                    unsafe {
+                        libc::close(stop_tx.as_raw_fd());
+                        libc::close(ready_rx.as_raw_fd());
+                    }
                     let members: Vec<_> = (0..n).map(|_| group.join().expect("join")).collect();
                     let _ = herdless_fixtures::write_all(ready_tx.as_raw_fd(), &[1]);
                     let mut byte = [0u8; 1];

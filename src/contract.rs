@@ -1,5 +1,5 @@
 //! The contract's own words besides errors and interests: which backend delivers the wake-ups,
-//! when members take turns, and how many members a group may have.
+//! when members take turns, how many members a group may have, and how a group came to be.
 //!
 //! With `error.rs` and `interest.rs` this is the contract layer, the vocabulary every other room
 //! of the crate speaks: the three import nothing of the crate but one another, so the backends
@@ -58,6 +58,42 @@ pub enum Rotation {
     /// After `n` events, always: `Every(1)` is strict turns at any cost, `Every(0)` never
     /// rotates (the kernel's raw first-come order, the `EPOLLEXCLUSIVE` monopoly).
     Every(u32),
+}
+
+/// What [`GroupBuilder::build`](crate::GroupBuilder::build) (or [`Group::open`](crate::Group::open))
+/// did to get the group, as [`Group::origin`](crate::Group::origin) tells: made a new one, joined
+/// the one that existed, or re-made one that nobody used. A supervisor that must start from a
+/// clean slate, or a server that must not be the first, reads it.
+///
+/// ```
+/// # #[cfg(unix)] {
+/// use herdless::{Group, Origin};
+/// let name = format!("doc.origin.{}", std::process::id());
+/// let first = Group::builder().name(&name).build()?;
+/// assert_eq!(first.origin(), Origin::Created); // no group had the name
+/// let again = Group::builder().name(&name).build()?;
+/// assert_eq!(again.origin(), Origin::Opened); // the one that exists (here: this process's)
+/// drop((first, again)); // nobody has it open now, and no member is alive
+/// let fresh = Group::builder().name(&name).build()?;
+/// assert_eq!(fresh.origin(), Origin::Remade); // made anew, with this builder's settings
+/// drop(fresh);
+/// Group::remove(&name)?;
+/// # }
+/// assert_eq!(herdless::Group::builder().build()?.origin(), herdless::Origin::Created);
+/// # Ok::<(), herdless::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A new group: an anonymous one, or a name no group had (or whose creator died before it
+    /// set the group up).
+    Created,
+    /// The group that existed under the name, with its members: `Group::open` always, and a
+    /// builder whose name was taken (also a second open of a name in one process, which
+    /// returns the group the process has open).
+    Opened,
+    /// A group existed under the name, but nobody had it open and none of its members was
+    /// alive: it was made anew, with the builder's settings and no members.
+    Remade,
 }
 
 /// The most events a member takes in a row under [`Rotation::Adaptive`] while the descriptor

@@ -4,6 +4,8 @@
 //! (`group.rs` builds it and hands it to `waiter.rs`); above the backends, which get from it
 //! only what they need (the emulation: the protocol's view, [`GroupInner::protocol`]).
 
+#[cfg(all(unix, not(loom)))]
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 use crate::contract::{Backend, Rotation};
@@ -74,6 +76,19 @@ impl GroupInner {
             rotation: self.rotation,
             capacity: self.shared.capacity() as usize,
         }
+    }
+
+    /// Is the group still in service? A named group that was removed answers
+    /// `Error::GroupRemoved`, one whose first word was overwritten `Error::CorruptGroup`
+    /// ([`crate::named::preamble_verdict`]); anonymous groups are not looked at. One load of a
+    /// word no member writes: checked at `join`, `add` and `wait`.
+    pub(crate) fn in_service(&self) -> Result<()> {
+        #[cfg(all(unix, not(loom)))]
+        if let Some(name) = &self.name {
+            let magic = self.shared.header().preamble.magic.load(SeqCst);
+            return crate::named::preamble_verdict(magic, name);
+        }
+        Ok(())
     }
 
     /// The emulation's view of this group (its protocol's shared state, door bells, liveness

@@ -113,7 +113,9 @@ pub mod tokio;
 mod turn;
 mod waiter;
 
-pub use contract::{Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT};
+pub use contract::{
+    Backend, Origin, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_MEMBERS, MAX_MEMBERS_LIMIT,
+};
 pub use error::{Error, RawSource, Result};
 pub use group::{Group, GroupBuilder};
 pub use interest::{Event, Events, Interest};

@@ -326,7 +326,9 @@ impl Group {
     /// Opens the named group `name` that another process created (with
     /// [`GroupBuilder::name`]), taking its settings: what a worker that must not create the
     /// group calls (one exec'd by a supervisor, or started on its own). A second call in the
-    /// same process returns the same group. Example: see [`GroupBuilder::name`].
+    /// same process returns the same group (unless it was removed meanwhile: then the group
+    /// now under the name). [`Group::origin`] is always [`Origin::Opened`]. Example: see
+    /// [`GroupBuilder::name`].
     ///
     /// # Errors
     ///

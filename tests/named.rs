@@ -307,62 +307,106 @@ fn a_creation_race_ends_in_one_group(backend: Backend) {
     const RACERS: usize = 32;
     let n = name("race");
     let _removed = Removed(n.clone());
-    let (go_r, go_w) = pipe();
-    // SAFETY: fcntl on our own descriptor: the children read it blocking.
-    unsafe { libc::fcntl(go_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let (slot_r, slot_w) = pipe();
-    // SAFETY: as above, for the parent.
-    unsafe { libc::fcntl(slot_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let (stop_r, stop_w) = pipe();
-    // SAFETY: as above.
-    unsafe { libc::fcntl(stop_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let mut pids = Vec::new();
-    for _ in 0..RACERS {
-        // SAFETY: the child uses this crate, raw system calls and _exit only.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            drop(go_w);
-            drop(stop_w);
-            let code = std::panic::catch_unwind(|| {
-                let mut b = [0u8; 1];
-                read_exact(go_r.as_raw_fd(), &mut b);
-                let group = Group::builder()
-                    .name(&n)
-                    .backend(backend)
-                    .max_members(64)
-                    .build()
-                    .unwrap();
-                let waiter = group.join().unwrap();
-                write_all(slot_w.as_raw_fd(), &[waiter.member() as u8]);
-                // Stay a member until the parent has looked (its hang-up).
-                // SAFETY: a blocking read into a live byte.
-                unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-            });
-            // SAFETY: leaves the child at once.
-            unsafe { libc::_exit(i32::from(code.is_err())) };
-        }
-        pids.push(pid);
-    }
-    drop(slot_w);
-    write_all(go_w.as_raw_fd(), &[1; RACERS]);
-    let mut slots = vec![0u8; RACERS];
-    read_exact(slot_r.as_raw_fd(), &mut slots);
+    let racers = Racers::fork(RACERS, || {
+        Group::builder()
+            .name(&n)
+            .backend(backend)
+            .max_members(64)
+            .build()
+    });
+    racers.go();
+    let mut slots: Vec<usize> = racers.reports().into_iter().map(|(s, _)| s).collect();
     let group = Group::open(&n).unwrap();
     let stats = group.stats();
-    drop(stop_w);
-    for pid in pids {
-        let mut status = 0;
-        // SAFETY: reaps our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    }
+    racers.stop();
     slots.sort_unstable();
     slots.dedup();
     assert_eq!(slots.len(), RACERS, "two racers got one slot: {slots:?}");
     assert_eq!(stats.len(), RACERS, "not one group: {stats:?}");
     assert!(stats.iter().all(|m| m.alive), "{stats:?}");
     assert_eq!(group.backend(), backend);
+}
+
+/// Forked processes that race to a named group: each, at the word go, builds it with the
+/// function given, joins, reports its (slot, process id), and stays a member until `stop`.
+struct Racers {
+    pids: Vec<libc::pid_t>,
+    go: std::os::fd::OwnedFd,
+    reports: std::os::fd::OwnedFd,
+    stop: std::os::fd::OwnedFd,
+}
+
+impl Racers {
+    fn fork(count: usize, build: impl Fn() -> herdless::Result<Group>) -> Racers {
+        let (go_r, go_w) = pipe();
+        let (reports_r, reports_w) = pipe();
+        let (stop_r, stop_w) = pipe();
+        for fd in [&go_r, &reports_r, &stop_r] {
+            // SAFETY: fcntl on our own descriptor: these are read blocking.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) };
+        }
+        let mut pids = Vec::new();
+        for _ in 0..count {
+            // SAFETY: the child uses this crate, raw system calls and _exit only.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                drop((go_w, stop_w, reports_r)); // the hang-ups come from the parent alone
+                let report = |slot: u32| {
+                    let mut record = slot.to_ne_bytes().to_vec();
+                    record.extend_from_slice(&std::process::id().to_ne_bytes());
+                    write_all(reports_w.as_raw_fd(), &record);
+                };
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut b = [0u8; 1];
+                    read_exact(go_r.as_raw_fd(), &mut b);
+                    let waiter = build().unwrap().join().unwrap();
+                    report(waiter.member() as u32);
+                    // Stay a member until the parent has looked (its hang-up).
+                    // SAFETY: a blocking read into a live byte.
+                    unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+                }));
+                if code.is_err() {
+                    report(u32::MAX); // no slot: the parent does not wait for this one
+                }
+                // SAFETY: leaves the child at once.
+                unsafe { libc::_exit(i32::from(code.is_err())) };
+            }
+            pids.push(pid);
+        }
+        Racers {
+            pids,
+            go: go_w,
+            reports: reports_r,
+            stop: stop_w,
+        }
+    }
+
+    /// Every racer goes.
+    fn go(&self) {
+        write_all(self.go.as_raw_fd(), &vec![1; self.pids.len()]);
+    }
+
+    /// Each racer's (slot, process id), once every one has joined.
+    fn reports(&self) -> Vec<(usize, u32)> {
+        let mut records = vec![0u8; self.pids.len() * 8];
+        read_exact(self.reports.as_raw_fd(), &mut records);
+        records
+            .chunks(8)
+            .map(|c| {
+                let word = |i: usize| u32::from_ne_bytes(c[i..i + 4].try_into().unwrap());
+                (word(0) as usize, word(4))
+            })
+            .collect()
+    }
+
+    /// Ends every racer (they leave) and reaps them, each exit status 0.
+    fn stop(self) {
+        drop(self.stop);
+        for pid in self.pids {
+            reap(pid);
+        }
+    }
 }
 
 /// Forks a member of the named group that stays joined until the returned pipe end is dropped.
@@ -804,6 +848,15 @@ fn the_groups_descriptors_are_close_on_exec(backend: Backend) {
     drop((waiter, group));
 }
 
+/// Creates the named group `n` (8 members), or opens it.
+fn build_named(n: &str, backend: Backend) -> herdless::Result<Group> {
+    Group::builder()
+        .name(n)
+        .backend(backend)
+        .max_members(8)
+        .build()
+}
+
 /// What a member in a child process tells the parent (`ServingMember`): 16 bytes, a tag and a
 /// value, one atomic pipe write each.
 const JOINED: u64 = 1; // value: its slot
@@ -949,13 +1002,7 @@ fn remove_while_a_member_lives_is_refused(backend: Backend) {
     let _one_at_a_time = one_fork_at_a_time();
     let n = name("inuse");
     let _removed = Removed(n.clone());
-    let build = || {
-        Group::builder()
-            .name(&n)
-            .backend(backend)
-            .max_members(4)
-            .build()
-    };
+    let build = || build_named(&n, backend);
     assert_eq!(build().unwrap().origin(), Origin::Created);
     // (Dropped before the fork: the child opens the name itself, as an unrelated process
     // does, rather than inherit this process's open group.)
@@ -1021,13 +1068,7 @@ fn a_forced_removal_sends_the_members_to_the_new_group(backend: Backend) {
     let _one_at_a_time = one_fork_at_a_time();
     let n = name("forced");
     let _removed = Removed(n.clone());
-    let build = || {
-        Group::builder()
-            .name(&n)
-            .backend(backend)
-            .max_members(4)
-            .build()
-    };
+    let build = || build_named(&n, backend);
     let old = build().unwrap();
     let member = ServingMember::fork(&n);
     assert_eq!(member.next().0, JOINED);
@@ -1071,47 +1112,8 @@ fn opening_while_removing_never_makes_two_groups(backend: Backend) {
     let (mut removed, mut refused) = (0, 0);
     for round in 0..ROUNDS {
         // Each round starts with an unused group under the name.
-        drop(Group::builder().name(&n).backend(backend).build().unwrap());
-        let (go_r, go_w) = pipe();
-        // SAFETY: fcntl on our own descriptor: the children read it blocking.
-        unsafe { libc::fcntl(go_r.as_raw_fd(), libc::F_SETFL, 0) };
-        let (slot_r, slot_w) = pipe();
-        // SAFETY: as above, for the parent.
-        unsafe { libc::fcntl(slot_r.as_raw_fd(), libc::F_SETFL, 0) };
-        let (stop_r, stop_w) = pipe();
-        // SAFETY: as above.
-        unsafe { libc::fcntl(stop_r.as_raw_fd(), libc::F_SETFL, 0) };
-        let mut pids = Vec::new();
-        for _ in 0..RACERS {
-            // SAFETY: the child uses this crate, raw system calls and _exit only.
-            let pid = unsafe { libc::fork() };
-            assert!(pid >= 0);
-            if pid == 0 {
-                drop((go_w, stop_w));
-                let code = std::panic::catch_unwind(|| {
-                    let mut b = [0u8; 1];
-                    read_exact(go_r.as_raw_fd(), &mut b);
-                    let group = Group::builder().name(&n).backend(backend).build().unwrap();
-                    let waiter = group.join().unwrap();
-                    let mut record = (waiter.member() as u32).to_ne_bytes().to_vec();
-                    record.extend_from_slice(&std::process::id().to_ne_bytes());
-                    write_all(slot_w.as_raw_fd(), &record);
-                    // Stay a member until the parent has looked (its hang-up).
-                    // SAFETY: a blocking read into a live byte.
-                    unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-                });
-                if code.is_err() {
-                    // A record all the same (no slot), so the parent does not wait for it.
-                    let mut record = u32::MAX.to_ne_bytes().to_vec();
-                    record.extend_from_slice(&std::process::id().to_ne_bytes());
-                    write_all(slot_w.as_raw_fd(), &record);
-                }
-                // SAFETY: leaves the child at once.
-                unsafe { libc::_exit(i32::from(code.is_err())) };
-            }
-            pids.push(pid);
-        }
-        drop(slot_w);
+        drop(build_named(&n, backend).unwrap());
+        let racers = Racers::fork(RACERS, || build_named(&n, backend));
         let done = std::sync::atomic::AtomicBool::new(false);
         let mut reported = std::thread::scope(|scope| {
             let remover = scope.spawn(|| {
@@ -1126,20 +1128,13 @@ fn opening_while_removing_never_makes_two_groups(backend: Backend) {
                 }
                 (removed, refused)
             });
-            write_all(go_w.as_raw_fd(), &[1; RACERS]);
-            let mut records = vec![0u8; RACERS * 8];
-            read_exact(slot_r.as_raw_fd(), &mut records);
+            racers.go();
+            let reported = racers.reports();
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             let (r, f) = remover.join().unwrap();
             removed += r;
             refused += f;
-            records
-                .chunks(8)
-                .map(|c| {
-                    let slot = u32::from_ne_bytes(c[..4].try_into().unwrap()) as usize;
-                    (slot, u32::from_ne_bytes(c[4..].try_into().unwrap()))
-                })
-                .collect::<Vec<_>>()
+            reported
         });
         let group = Group::open(&n).unwrap();
         let mut alive: Vec<(usize, u32)> = group
@@ -1149,10 +1144,7 @@ fn opening_while_removing_never_makes_two_groups(backend: Backend) {
             .map(|m| (m.member, m.pid))
             .collect();
         drop(group);
-        drop(stop_w);
-        for pid in pids {
-            reap(pid);
-        }
+        racers.stop();
         reported.sort_unstable();
         alive.sort_unstable();
         assert_eq!(
@@ -1174,7 +1166,7 @@ fn origin_says_what_build_did(backend: Backend) {
     let _one_at_a_time = one_fork_at_a_time();
     let n = name("origin");
     let _removed = Removed(n.clone());
-    let build = || Group::builder().name(&n).backend(backend).build();
+    let build = || build_named(&n, backend);
     let anonymous = Group::builder().backend(backend).build().unwrap();
     assert_eq!(anonymous.origin(), Origin::Created);
     let first = build().unwrap();

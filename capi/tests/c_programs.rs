@@ -265,15 +265,19 @@ fn the_poll_bits_clash_with_nothing_in_poll_h() {
     assert!(run(&exe, &[]).contains("no clash"));
 }
 
-fn poll_shape(backend: &str) {
-    let Some(exe) = build("poll_shape") else {
-        return;
-    };
+/// Runs a program of checks (one line each, a FAIL line for a check that failed, and the
+/// count of those at the end) on `backend`; fails unless every check held.
+fn checks_pass(program: &str, backend: &str) {
+    let Some(exe) = build(program) else { return };
     let out = run(&exe, &[backend]);
     assert!(
         out.contains("0 check(s) failed") && !out.contains("FAIL"),
         "{out}"
     );
+}
+
+fn poll_shape(backend: &str) {
+    checks_pass("poll_shape", backend);
 }
 
 #[test]
@@ -333,14 +337,7 @@ fn exec_d_servers_share_a_named_group_and_a_queue_emulated() {
 }
 
 fn poll_errors(backend: &str) {
-    let Some(exe) = build("poll_errors") else {
-        return;
-    };
-    let out = run(&exe, &[backend]);
-    assert!(
-        out.contains("0 check(s) failed") && !out.contains("FAIL"),
-        "{out}"
-    );
+    checks_pass("poll_errors", backend);
 }
 
 /// The same bad input as poll(2) gets the same answer (-1 and errno, POLLNVAL), a signal
@@ -423,14 +420,7 @@ fn the_poll_cost_program_runs_on_both_backends() {
 /// (HERDLESS_EREMOVED), to the group the supervisor then makes; herdless_group_origin says
 /// created, opened or re-made.
 fn named_remove(backend: &str) {
-    let Some(exe) = build("named_remove") else {
-        return;
-    };
-    let out = run(&exe, &[backend]);
-    assert!(
-        out.contains("0 check(s) failed") && !out.contains("FAIL"),
-        "{out}"
-    );
+    checks_pass("named_remove", backend);
 }
 
 #[test]

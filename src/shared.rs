@@ -71,6 +71,7 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"herdless");
 /// The first word of a named group removed from its name (`crate::named::remove`): its members
 /// get `Error::GroupRemoved`, and an opener that opened the name just before the removal opens
 /// the name again.
+#[cfg_attr(any(not(unix), loom), allow(dead_code))] // named groups only
 pub(crate) const REMOVED_MAGIC: u64 = u64::from_le_bytes(*b"herdgone");
 /// The shared layout's version: changed whenever the layout of [`Header`] or [`MemberSlot`]
 /// changes, so that a named group made by another version of herdless is refused, not misread.

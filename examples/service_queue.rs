@@ -109,7 +109,8 @@ mod service {
 
     impl Drop for Names {
         fn drop(&mut self) {
-            let _ = Group::remove(&self.group);
+            // By force: a supervisor that failed half-way may leave servers behind.
+            let _ = Group::remove_forced(&self.group);
             let _ = mq_unlink(self.queue.as_str());
         }
     }

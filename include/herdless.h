@@ -79,6 +79,24 @@ extern "C" {
 #define HERDLESS_ONE_EVENT 16
 
 /**
+ * herdless_group_origin: the group is new (every group of herdless_group_new; a name no
+ * group had).
+ */
+#define HERDLESS_ORIGIN_CREATED 1
+
+/**
+ * herdless_group_origin: the group that existed under the name was opened (herdless_group_open
+ * with NULL options always).
+ */
+#define HERDLESS_ORIGIN_OPENED 2
+
+/**
+ * herdless_group_origin: a group existed under the name, but nobody had it open and none of
+ * its members was alive: it was made anew with the options, and no members.
+ */
+#define HERDLESS_ORIGIN_REMADE 3
+
+/**
  * Success.
  */
 #define HERDLESS_OK 0
@@ -192,6 +210,21 @@ extern "C" {
  * O_NONBLOCK first (fcntl F_SETFL, or O_NONBLOCK in mq_open's flags). errno EINVAL.
  */
 #define HERDLESS_EBLOCKING -1019
+
+/**
+ * herdless_group_remove refused: members of the group are alive, or another process has it
+ * open (the message names them: slot and process of each member). Nothing changed. Stop them
+ * first, or remove it by force with herdless_group_remove_forced. errno EBUSY.
+ */
+#define HERDLESS_EINUSE -1020
+
+/**
+ * The named group of this handle was removed (herdless_group_remove_forced, or
+ * herdless_group_remove by this process while only it had the group open): herdless_leave the
+ * waiter, herdless_group_free the group, and herdless_group_open the name again to join the
+ * group now under it. errno EIDRM.
+ */
+#define HERDLESS_EREMOVED -1021
 
 #if defined(HERDLESS_UNIX)
 /**
@@ -374,8 +407,9 @@ int herdless_group_new(const struct herdless_options *options, struct herdless_g
  * it. With `options` NULL the group must exist, and its settings are taken (what a server that
  * must not create calls); with options, the group is created with them if there is none (mode
  * 0600; a group nobody has open and whose members are all gone is made anew), and an existing
- * one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's). A second open of
- * one name in a process returns the same group. A name is 1 to 245 characters (21 on macOS)
+ * one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's);
+ * herdless_group_origin says which it did. A second open of one name in a process returns the
+ * same group (unless it was removed meanwhile). A name is 1 to 245 characters (21 on macOS)
  * of letters, digits, '.', '_' and '-' (the POSIX shared-memory object /herdless.<name>).
  *
  * Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `name` or `out_group`
@@ -395,16 +429,48 @@ int herdless_group_open(const char *name,
                         struct herdless_group *out_group);
 
 /**
- * Removes the name of a named group, as unlink(2) removes a file's: processes that have it
- * open keep using it, the next creator of the name makes a new group. Returns HERDLESS_OK,
- * HERDLESS_ENULL, HERDLESS_EINVAL (invalid name), HERDLESS_ENOGROUP (no such group),
- * HERDLESS_EACCES, HERDLESS_EUNAVAILABLE outside Unix.
+ * Removes the named group `name`, once nobody uses it: refused with HERDLESS_EINUSE while any
+ * member is alive (in any process, the caller's included) or another process has the group
+ * open, so a supervisor that clears stale groups at start-up never splits a running service;
+ * the message names each live member (slot and process) and a process that has it open, and
+ * nothing changes. Then the name is free: the next herdless_group_open with options creates a
+ * new group. A group only the caller's own process has open, with no member, is removed: the
+ * caller's handles of it then answer HERDLESS_EREMOVED to herdless_join. A process that
+ * opened the name in the instant before the removal opens the name again after it, never
+ * the removed group.
+ *
+ * Returns HERDLESS_OK, HERDLESS_EINUSE, HERDLESS_ENULL, HERDLESS_EINVAL (invalid name),
+ * HERDLESS_ENOGROUP (no such group), HERDLESS_EACCES, HERDLESS_EUNAVAILABLE outside Unix,
+ * HERDLESS_EIO.
  *
  * # Safety
  *
  * `name` is NULL or a NUL-terminated string.
  */
 int herdless_group_remove(const char *name);
+
+/**
+ * Removes the named group `name` whoever uses it: herdless_group_remove without its refusal.
+ * The group's live members, in every process, get HERDLESS_EREMOVED from their next
+ * herdless_wait, herdless_poll (-1, errno EIDRM) or herdless_add (one asleep in a wait hears
+ * of it when that wait returns), and herdless_join fails the same way: each then leaves
+ * (herdless_leave, herdless_group_free) and opens the name again, joining the group then
+ * under it. For a supervisor that restarts a service whose old servers must not linger.
+ *
+ * Returns HERDLESS_OK, or as herdless_group_remove but never HERDLESS_EINUSE.
+ *
+ * # Safety
+ *
+ * `name` is NULL or a NUL-terminated string.
+ */
+int herdless_group_remove_forced(const char *name);
+
+/**
+ * What the call that made this handle did: HERDLESS_ORIGIN_CREATED, HERDLESS_ORIGIN_OPENED
+ * or HERDLESS_ORIGIN_REMADE (a supervisor that must start from a clean slate, or a server that
+ * must not be the first, asks), or a negative code (HERDLESS_EBADHANDLE).
+ */
+int herdless_group_origin(struct herdless_group group);
 
 /**
  * Frees a group handle. Waiters already joined keep working (each holds the group); a child
@@ -425,7 +491,8 @@ int herdless_group_backend(struct herdless_group group);
  * another thread of that process; it is used by one thread at a time.
  *
  * Returns HERDLESS_OK and the handle in `*out_waiter`; HERDLESS_ENULL, HERDLESS_EBADHANDLE,
- * HERDLESS_EFULL when every member slot is taken, HERDLESS_EIO.
+ * HERDLESS_EFULL when every member slot is taken, HERDLESS_EREMOVED for a named group that
+ * was removed (open the name again), HERDLESS_EIO.
  *
  * # Safety
  *
@@ -460,7 +527,8 @@ int herdless_member(struct herdless_waiter waiter);
  *
  * Returns HERDLESS_OK; HERDLESS_EBADF (closed), HERDLESS_EUNWATCHABLE (a regular file),
  * HERDLESS_EBLOCKING (exclusive, without O_NONBLOCK), HERDLESS_EEXIST, HERDLESS_EINVAL,
- * HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY. Nothing changes on error.
+ * HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY, HERDLESS_EREMOVED (a named
+ * group removed by force). Nothing changes on error.
  */
 int herdless_add(struct herdless_waiter waiter, herdless_fd fd, size_t key, uint32_t interest);
 
@@ -492,6 +560,7 @@ int herdless_delete(struct herdless_waiter waiter, herdless_fd fd);
  * Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
  * is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error
  * (HERDLESS_EBADHANDLE also when another thread's herdless_leave ended the wait);
+ * HERDLESS_EREMOVED (a named group removed by force: leave, and open the name again);
  * HERDLESS_EIO.
  *
  * # Safety
@@ -601,8 +670,10 @@ const char *herdless_strerror(int code);
  * refused (POLLPRI with HERDLESS_POLLEXCL) or a descriptor asked for with HERDLESS_POLLEXCL
  * is in blocking mode (HERDLESS_EBLOCKING: set O_NONBLOCK with fcntl first); EEXIST if a
  * descriptor was also added with herdless_add; EBADF for a bad waiter handle (also when
- * another thread's herdless_leave ended the wait); EBUSY; EIO. herdless_last_error() gives
- * the HERDLESS_E* code of the failure and herdless_strerror() its message.
+ * another thread's herdless_leave ended the wait); EBUSY; EIDRM when the waiter's named group
+ * was removed by force (HERDLESS_EREMOVED: leave, and open the name again); EIO.
+ * herdless_last_error() gives the HERDLESS_E* code of the failure and herdless_strerror() its
+ * message.
  *
  * # Safety
  *

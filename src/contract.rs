@@ -1,5 +1,5 @@
 //! The contract's own words besides errors and interests: which backend delivers the wake-ups,
-//! when members take turns, and how many members a group may have.
+//! when members take turns, how many members a group may have, and how a group came to be.
 //!
 //! With `error.rs` and `interest.rs` this is the contract layer, the vocabulary every other room
 //! of the crate speaks: the three import nothing of the crate but one another, so the backends
@@ -60,6 +60,42 @@ pub enum Rotation {
     Every(u32),
 }
 
+/// What [`GroupBuilder::build`](crate::GroupBuilder::build) (or [`Group::open`](crate::Group::open))
+/// did to get the group, as [`Group::origin`](crate::Group::origin) tells: made a new one, joined
+/// the one that existed, or re-made one that nobody used. A supervisor that must start from a
+/// clean slate, or a server that must not be the first, reads it.
+///
+/// ```
+/// # #[cfg(unix)] {
+/// use herdless::{Group, Origin};
+/// let name = format!("doc.origin.{}", std::process::id());
+/// let first = Group::builder().name(&name).build()?;
+/// assert_eq!(first.origin(), Origin::Created); // no group had the name
+/// let again = Group::builder().name(&name).build()?;
+/// assert_eq!(again.origin(), Origin::Opened); // the one that exists (here: this process's)
+/// drop((first, again)); // nobody has it open now, and no member is alive
+/// let fresh = Group::builder().name(&name).build()?;
+/// assert_eq!(fresh.origin(), Origin::Remade); // made anew, with this builder's settings
+/// drop(fresh);
+/// Group::remove(&name)?;
+/// # }
+/// assert_eq!(herdless::Group::builder().build()?.origin(), herdless::Origin::Created);
+/// # Ok::<(), herdless::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A new group: an anonymous one, or a name no group had (or whose creator died before it
+    /// set the group up).
+    Created,
+    /// The group that existed under the name, with its members: `Group::open` always, and a
+    /// builder whose name was taken (also a second open of a name in one process, which
+    /// returns the group the process has open).
+    Opened,
+    /// A group existed under the name, but nobody had it open and none of its members was
+    /// alive: it was made anew, with the builder's settings and no members.
+    Remade,
+}
+
 /// The most events a member takes in a row under [`Rotation::Adaptive`] while the descriptor
 /// has a backlog: over a run of a few thousand events per member it keeps Jain's fairness
 /// index above 0.99 (see `docs/lab.md`), and it saves a rotation on 15 of every 16 events.
@@ -76,6 +112,3 @@ pub const MAX_MEMBERS_LIMIT: usize = 16384;
 pub const DEFAULT_MAX_EXCLUSIVE: usize = 1024;
 /// The most distinct exclusive descriptors an emulated group may watch at once.
 pub const MAX_EXCLUSIVE_LIMIT: usize = 65536;
-/// Internal name of [`MAX_EXCLUSIVE_LIMIT`]: each such descriptor is a *source* of the
-/// emulation's token protocol.
-pub(crate) const MAX_SOURCES_LIMIT: usize = MAX_EXCLUSIVE_LIMIT;

@@ -167,6 +167,36 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// [`Group::remove`](crate::Group::remove) refused: members of the group are alive, or
+    /// another process has it open. Removing it would leave them serving a group that no
+    /// opener finds any more, beside the new group the next creator makes under the name.
+    /// Nothing was changed. Stop them first (their processes drop their `Waiter`s and
+    /// `Group`s, or end), or remove the group by force with
+    /// [`Group::remove_forced`](crate::Group::remove_forced): its members then get
+    /// [`Error::GroupRemoved`] on their next call, and open the group again.
+    #[error("the group named {name:?} is in use ({}): stop them first, or remove it by force with Group::remove_forced (its members then get Error::GroupRemoved and open the group again)", in_use_text(.members, .opened_by))]
+    GroupInUse {
+        /// The group's name.
+        name: String,
+        /// The slot and process id of each live member, by slot (the caller's own process's
+        /// members included).
+        members: Vec<(usize, u32)>,
+        /// A process other than the caller's that has the group open, with or without a
+        /// member (one of them if several: the system names one).
+        opened_by: Option<u32>,
+    },
+    /// The named group this handle belongs to was removed by force
+    /// ([`Group::remove_forced`](crate::Group::remove_forced)), or, for a `Group` the caller's
+    /// own process held while it removed the name ([`Group::remove`](crate::Group::remove)),
+    /// removed by this process: nobody can open it any more, and the name may already be
+    /// another group's. Drop this `Waiter` and `Group` and open the group again
+    /// ([`Group::open`](crate::Group::open), or the builder) to join the group now under the
+    /// name.
+    #[error("the group named {name:?} was removed: drop this Waiter and Group, and open the group again (Group::open or Group::builder().name(..)) to join the group now under that name")]
+    GroupRemoved {
+        /// The group's name.
+        name: String,
+    },
     /// The group's permissions do not let this process open it (another user's group).
     #[error(
         "permission denied for the group named {name:?} (its mode or owner shuts this user out)"
@@ -233,10 +263,32 @@ impl Error {
                 io::ErrorKind::InvalidData
             }
             Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
+            Error::GroupInUse { .. } => io::ErrorKind::Other,
+            Error::GroupRemoved { .. } => io::ErrorKind::NotFound,
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
             Error::Io { source, .. } => source.kind(),
         }
     }
+}
+
+/// Who uses a group that [`Error::GroupInUse`] refused to remove, in words: "members 0 (process
+/// 12) and 3 (process 40) are alive, process 12 has it open".
+fn in_use_text(members: &[(usize, u32)], opened_by: &Option<u32>) -> String {
+    let mut parts = Vec::new();
+    if !members.is_empty() {
+        let each: Vec<String> = members
+            .iter()
+            .map(|(slot, pid)| format!("{slot} (process {pid})"))
+            .collect();
+        parts.push(match each.len() {
+            1 => format!("member {} is alive", each[0]),
+            _ => format!("members {} are alive", each.join(", ")),
+        });
+    }
+    if let Some(pid) = opened_by {
+        parts.push(format!("process {pid} has it open"));
+    }
+    parts.join(", ")
 }
 
 /// Why the kernel's poller refused to watch `fd` with EPERM, named after what `fd` is (a

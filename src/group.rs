@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::contract::{
-    Backend, Rotation, DEFAULT_MAX_EXCLUSIVE, DEFAULT_MAX_MEMBERS, MAX_EXCLUSIVE_LIMIT,
+    Backend, Origin, Rotation, DEFAULT_MAX_EXCLUSIVE, DEFAULT_MAX_MEMBERS, MAX_EXCLUSIVE_LIMIT,
     MAX_MEMBERS_LIMIT,
 };
 use crate::error::{Error, Result};
@@ -105,7 +105,9 @@ impl GroupBuilder {
     /// then opens it by name ([`Group::open`]), with no common parent: workers that were
     /// forked, forked and exec'd, or started by a supervisor all join the same group, with the
     /// same guarantees. A group nobody has open and whose members are all gone is re-made
-    /// fresh by the next creator; [`Group::remove`] removes the name.
+    /// fresh by the next creator; [`Group::origin`] says which of the three `build` did.
+    /// [`Group::remove`] removes the group once nobody uses it (and refuses while anyone
+    /// does), [`Group::remove_forced`] in any case: a name is one group at a time.
     ///
     /// A name is 1 to 245 characters (21 on macOS) of letters, digits, `.`, `_` and `-`; it
     /// names the POSIX shared-memory object `/herdless.<name>` (on Linux, the file
@@ -120,7 +122,7 @@ impl GroupBuilder {
     /// // Any other process (exec'd, or started on its own) of the same user:
     /// let same = Group::open(&name)?;
     /// assert_eq!((same.name(), same.max_members()), (Some(name.as_str()), 8));
-    /// Group::remove(&name)?;
+    /// Group::remove(&name)?; // no member is alive, and no other process has it open
     /// # }
     /// # Ok::<(), herdless::Error>(())
     /// ```
@@ -149,7 +151,7 @@ impl GroupBuilder {
     /// herdless), [`Error::CorruptGroup`], [`Error::PermissionDenied`] (another user's group),
     /// and [`Error::Unsupported`] outside Unix.
     ///
-    /// Example: see [`GroupBuilder`].
+    /// Example: see [`GroupBuilder`]; what it did, [`Group::origin`].
     pub fn build(self) -> Result<Group> {
         if self.max_members == 0 || self.max_members > MAX_MEMBERS_LIMIT {
             return Err(Error::InvalidSetting {
@@ -201,18 +203,22 @@ impl GroupBuilder {
                     ),
                 });
             }
-            let create = Create {
+            #[cfg(all(unix, not(loom)))]
+            let create = Some(crate::named::Create {
                 settings,
                 asked_backend: self.backend,
                 max_exclusive: self.max_exclusive,
                 mode: self.mode,
-            };
-            return named_group(name, Some(create));
+            });
+            #[cfg(not(all(unix, not(loom))))]
+            let create = None;
+            return named_group(name, create);
         }
         let shared = SharedState::new(settings, region_for(&settings))?;
         let live = crate::liveness::Liveness::new(self.max_members)?;
         GroupInner::new(shared, live, None).map(|inner| Group {
             inner: Arc::new(inner),
+            origin: Origin::Created,
         })
     }
 }
@@ -226,19 +232,18 @@ static NAMED: std::sync::Mutex<Vec<(String, std::sync::Weak<GroupInner>)>> =
 
 /// Opens (`create`: `None`) or creates-or-opens the named group.
 #[cfg(all(unix, not(loom)))]
-fn named_group(name: &str, create: Option<Create>) -> Result<Group> {
+fn named_group(name: &str, create: Option<crate::named::Create>) -> Result<Group> {
     use crate::named::{self, Request};
     let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|(_, g)| g.strong_count() > 0);
-    if let Some(inner) = open
-        .iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, g)| g.upgrade())
-    {
+    if let Some(inner) = open_here(&mut open, name) {
         if let Some(c) = &create {
             named::check_settings(name, &inner.settings(), c)?;
         }
-        return Ok(Group { inner });
+        return Ok(Group {
+            inner,
+            origin: Origin::Opened,
+        });
     }
     let segment = named::open(&Request {
         name,
@@ -253,25 +258,66 @@ fn named_group(name: &str, create: Option<Create>) -> Result<Group> {
         Some(name.to_owned()),
     )?);
     open.push((name.to_owned(), Arc::downgrade(&inner)));
-    Ok(Group { inner })
+    Ok(Group {
+        inner,
+        origin: segment.origin,
+    })
 }
 
-/// The settings of a named group to create, and how they were asked for.
-#[derive(Clone, Copy)]
-pub(crate) struct Create {
-    /// The settings, backend resolved.
-    pub settings: Settings,
-    /// The backend as asked: `Auto` takes any backend an existing group has.
-    pub asked_backend: Backend,
-    /// The source table's size as asked (an existing emulated group must have it, whichever
-    /// backend `Auto` resolved to here).
-    pub max_exclusive: usize,
-    /// The permission bits of a new object.
-    pub mode: u32,
+/// The group named `name` this process has open, if any and if it is still under the name:
+/// one that was removed is forgotten (its handles keep it, and get `Error::GroupRemoved`).
+#[cfg(all(unix, not(loom)))]
+fn open_here(
+    open: &mut Vec<(String, std::sync::Weak<GroupInner>)>,
+    name: &str,
+) -> Option<Arc<GroupInner>> {
+    open.retain(|(n, g)| {
+        g.upgrade().is_some_and(|inner| {
+            n != name
+                || !matches!(
+                    inner.shared.check(inner.name.as_deref()),
+                    Err(Error::GroupRemoved { .. })
+                )
+        })
+    });
+    open.iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, g)| g.upgrade())
 }
 
+/// Removes the named group `name` (`Group::remove`, `Group::remove_forced`), through this
+/// process's own descriptor of it if the process has it open.
+#[cfg(all(unix, not(loom)))]
+fn remove_named(name: &str, in_use: crate::named::InUse) -> Result<()> {
+    use crate::named::{self, Own};
+    let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
+    let here = open_here(&mut open, name);
+    let own = here.as_ref().map(|inner| {
+        let me = std::process::id();
+        let group = Group {
+            inner: inner.clone(),
+            origin: Origin::Opened,
+        };
+        Own {
+            file: inner.live.file(),
+            members: group
+                .stats()
+                .into_iter()
+                .filter(|m| m.alive && m.pid == me)
+                .map(|m| (m.member, m.pid))
+                .collect(),
+        }
+    });
+    named::remove(name, in_use, own)?;
+    // This process's handles keep the removed group (and get GroupRemoved); the next open of
+    // the name opens the group then under it.
+    open.retain(|(n, _)| n != name);
+    Ok(())
+}
+
+/// No named groups here: what a request for one gets.
 #[cfg(not(all(unix, not(loom))))]
-fn named_group(_name: &str, _create: Option<Create>) -> Result<Group> {
+fn named_group(_name: &str, _create: Option<()>) -> Result<Group> {
     Err(Error::Unsupported {
         what: "a named group",
         reason: "named groups live in POSIX shared memory (Unix); on Windows build the group \
@@ -300,6 +346,8 @@ fn named_group(_name: &str, _create: Option<Create>) -> Result<Group> {
 #[derive(Clone)]
 pub struct Group {
     pub(crate) inner: Arc<GroupInner>,
+    /// What the call that returned this handle did (a clone keeps it).
+    origin: Origin,
 }
 
 impl std::fmt::Debug for Group {
@@ -309,6 +357,7 @@ impl std::fmt::Debug for Group {
             .field("rotation", &self.inner.rotation)
             .field("max_members", &self.inner.shared.capacity())
             .field("name", &self.inner.name)
+            .field("origin", &self.origin)
             .finish()
     }
 }
@@ -330,7 +379,9 @@ impl Group {
     /// Opens the named group `name` that another process created (with
     /// [`GroupBuilder::name`]), taking its settings: what a worker that must not create the
     /// group calls (one exec'd by a supervisor, or started on its own). A second call in the
-    /// same process returns the same group. Example: see [`GroupBuilder::name`].
+    /// same process returns the same group (unless it was removed meanwhile: then the group
+    /// now under the name). [`Group::origin`] is always [`Origin::Opened`]. Example: see
+    /// [`GroupBuilder::name`].
     ///
     /// # Errors
     ///
@@ -342,24 +393,99 @@ impl Group {
         named_group(name, None)
     }
 
-    /// Removes the name of a named group, as `unlink` removes a file's: processes that have
-    /// the group open keep using it, and the next creator of the name makes a new group.
-    /// Example: see [`GroupBuilder::name`].
+    /// Removes the named group `name`, once nobody uses it: refused while any member is alive
+    /// (in any process, the caller's included) or another process has the group open, so a
+    /// supervisor that clears stale groups at start-up never splits a service that is running.
+    /// Then the name is free, and the next creator makes a new group under it
+    /// ([`Origin::Created`]). A group only the caller's own process has open, with no member,
+    /// is removed: the caller's `Group` handles of it then refuse to [`join`](Self::join)
+    /// ([`Error::GroupRemoved`]), so the name is never two groups, not even in one process. An
+    /// object under the name that is not a valid group (another version's, garbage) is removed
+    /// too, if nobody holds a lock on it.
+    ///
+    /// A process that opened the name in the instant before the removal (it waits for the
+    /// object's setup lock, which the removal holds) opens the name again after it: it joins,
+    /// or makes, the group then under the name, never the removed one.
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::{Error, Group, Origin};
+    /// let name = format!("doc.remove.{}", std::process::id());
+    /// let group = Group::builder().name(&name).build()?;
+    /// let waiter = group.join()?;
+    /// match Group::remove(&name) {
+    ///     Err(Error::GroupInUse { members, .. }) => {
+    ///         assert_eq!(members, vec![(0, std::process::id())]) // (slot, process) of each
+    ///     }
+    ///     other => panic!("expected GroupInUse, got {other:?}"),
+    /// }
+    /// drop(waiter); // the last member left
+    /// Group::remove(&name)?;
+    /// assert!(matches!(group.join(), Err(Error::GroupRemoved { .. }))); // the old handle
+    /// assert_eq!(Group::builder().name(&name).build()?.origin(), Origin::Created);
+    /// Group::remove(&name)?;
+    /// # }
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`Error::GroupNotFound`] if there is no group of that name, [`Error::PermissionDenied`],
-    /// [`Error::InvalidGroupName`], [`Error::Unsupported`] outside Unix.
+    /// [`Error::GroupInUse`] (nothing changed) naming the live members (slot and process) and
+    /// a process that has the group open; [`Error::GroupNotFound`] if there is no group of
+    /// that name, [`Error::PermissionDenied`], [`Error::InvalidGroupName`], [`Error::Io`] (the
+    /// setup lock held for more than 10 s: a process stopped while it opened the group), and
+    /// [`Error::Unsupported`] outside Unix.
     pub fn remove(name: &str) -> Result<()> {
         #[cfg(all(unix, not(loom)))]
-        {
-            crate::named::remove(name)?;
-            let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
-            open.retain(|(n, g)| n != name && g.strong_count() > 0);
-            Ok(())
-        }
+        return remove_named(name, crate::named::InUse::Refuse);
         #[cfg(not(all(unix, not(loom))))]
         named_group(name, None).map(drop)
+    }
+
+    /// Removes the named group `name` whoever uses it: what [`Group::remove`] does, without
+    /// its refusal. The group's live members, in every process, get [`Error::GroupRemoved`] on
+    /// their next [`Waiter::wait`] or [`Waiter::add`] (a member asleep in `wait` hears of it
+    /// when that wait returns, at its next event or timeout) and [`Group::join`] fails the
+    /// same way; a member that gets it drops its `Waiter` and `Group` and opens the name again
+    /// (the group then under it: one the supervisor made, or one it makes). So the removed
+    /// group serves nobody for long, and the name is never two working groups. For a
+    /// supervisor that restarts a service whose old servers must not linger.
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use herdless::{Error, Events, Group, Origin};
+    /// use std::time::Duration;
+    /// let name = format!("doc.remove_forced.{}", std::process::id());
+    /// let old = Group::builder().name(&name).build()?;
+    /// let mut member = old.join()?;
+    /// Group::remove_forced(&name)?; // the member is alive: Group::remove would refuse
+    /// let got = member.wait(&mut Events::default(), Some(Duration::ZERO));
+    /// assert!(matches!(got, Err(Error::GroupRemoved { .. })));
+    /// drop((member, old)); // the member leaves, and opens the name again
+    /// let new = Group::builder().name(&name).build()?;
+    /// assert_eq!(new.origin(), Origin::Created);
+    /// let _member = new.join()?;
+    /// # drop(_member); Group::remove(&name)?;
+    /// # }
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::remove`], but never [`Error::GroupInUse`].
+    pub fn remove_forced(name: &str) -> Result<()> {
+        #[cfg(all(unix, not(loom)))]
+        return remove_named(name, crate::named::InUse::Force);
+        #[cfg(not(all(unix, not(loom))))]
+        named_group(name, None).map(drop)
+    }
+
+    /// What the call that returned this handle did: [`Origin::Created`] a new group (every
+    /// anonymous group), [`Origin::Opened`] the group that existed under the name
+    /// ([`Group::open`] always), or [`Origin::Remade`] a group nobody used. A clone keeps it.
+    /// Example: see [`Origin`].
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 
     /// The group's name, for a named group.
@@ -409,8 +535,9 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`Error::GroupFull`] when every slot is taken; [`Error::Io`] if the poll instance cannot
-    /// be made.
+    /// [`Error::GroupFull`] when every slot is taken; [`Error::GroupRemoved`] for a named
+    /// group that was removed ([`Group::remove`], [`Group::remove_forced`]): open the name
+    /// again; [`Error::Io`] if the poll instance cannot be made.
     ///
     /// Example: see [`Group`]; with threads and forked workers, `examples/forked_workers.rs`.
     pub fn join(&self) -> Result<Waiter> {

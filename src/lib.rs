@@ -115,7 +115,7 @@ mod turn;
 mod waiter;
 
 pub use contract::{
-    Backend, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_EXCLUSIVE, DEFAULT_MAX_MEMBERS,
+    Backend, Origin, Rotation, ADAPTIVE_BATCH, DEFAULT_MAX_EXCLUSIVE, DEFAULT_MAX_MEMBERS,
     MAX_EXCLUSIVE_LIMIT, MAX_MEMBERS_LIMIT,
 };
 pub use error::{Error, RawSource, Result};

@@ -83,6 +83,13 @@ impl Liveness {
         }
     }
 
+    /// The lock file: for a named group its shared-memory object, which removing the group
+    /// locks through this descriptor (`crate::named::remove`: another one, once closed, would
+    /// drop this process's locks on it).
+    pub(crate) fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+
     fn lock(
         &self,
         slot: u32,

@@ -17,6 +17,15 @@
 //!   it: no process has it open and no member is alive. A group whose members all died is
 //!   therefore the next creator's to reuse.
 //!
+//! **Removal.** A name is one group at a time. [`remove`] takes the setup lock, refuses (unless
+//! forced) while a member is alive or another process has the group open, and then marks the
+//! object removed ([`REMOVED_MAGIC`] in its first word) before it unlinks the name, both under
+//! the lock. An opener that opened the name just before the unlink and takes the setup lock
+//! after it finds the mark and opens the name again: it joins the group now under the name (or
+//! makes it), never the removed one. A forced removal marks a group in use: its members get
+//! `Error::GroupRemoved` on their next call (`SharedState::check`), leave, and open the name
+//! again.
+//!
 //! What an opener trusts: the preamble is checked (magic word, layout version, sizes, settings)
 //! before anything else of the memory is used, and every index read from the shared memory is
 //! bounded by the group's capacity. Beyond that a group is trusted as far as its permissions
@@ -29,10 +38,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
-use crate::contract::{Backend, Rotation, MAX_MEMBERS_LIMIT};
+use crate::contract::{Backend, Origin, Rotation, MAX_MEMBERS_LIMIT};
 use crate::error::{Error, Result};
-pub(crate) use crate::group::Create;
-use crate::shared::{self, RegionSpec, Settings, SharedState, LAYOUT_VERSION, MAGIC};
+use crate::shared::{
+    self, RegionSpec, Settings, SharedState, LAYOUT_VERSION, MAGIC, REMOVED_MAGIC,
+};
 
 /// The lock byte every opener holds while it sets up or checks the object.
 const SETUP_BYTE: libc::off_t = 1 << 20;
@@ -42,6 +52,9 @@ const OPEN_BYTE: libc::off_t = SETUP_BYTE + 1;
 const SETUP_PATIENCE: Duration = Duration::from_secs(10);
 /// How long an open-only caller waits for a creator that made the object but has not set it up.
 const CREATOR_PATIENCE: Duration = Duration::from_secs(2);
+/// How many removed objects in a row an opener or a remover goes past before it gives up (each
+/// one a removal that came between its `shm_open` and its setup lock).
+const REMOVALS_IN_A_ROW: usize = 100;
 
 /// What the shared-memory object's name starts with (after the `/`).
 const PREFIX: &str = "herdless.";
@@ -66,11 +79,27 @@ pub(crate) struct Request<'a> {
     pub region: fn(&Settings) -> RegionSpec,
 }
 
+/// The settings of a named group to create, and how they were asked for.
+#[derive(Clone, Copy)]
+pub(crate) struct Create {
+    /// The settings, backend resolved.
+    pub settings: Settings,
+    /// The backend as asked: `Auto` takes any backend an existing group has.
+    pub asked_backend: Backend,
+    /// The source table's size as asked (an existing emulated group must have it, whichever
+    /// backend `Auto` resolved to here).
+    pub max_exclusive: usize,
+    /// The permission bits of a new object.
+    pub mode: u32,
+}
+
 /// An opened named group: its shared state and the object (the liveness lock file), with this
 /// process's open lock held on it.
 pub(crate) struct Segment {
     pub shared: SharedState,
     pub file: File,
+    /// Whether the group was created, opened or re-made.
+    pub origin: Origin,
 }
 
 /// Checks a group name: 1 to [`MAX_NAME_LEN`] characters of `A-Z a-z 0-9 . _ -`. Returns the
@@ -101,43 +130,209 @@ pub(crate) fn object_name(name: &str) -> Result<CString> {
     Ok(CString::new(format!("/{PREFIX}{name}")).expect("checked: no NUL"))
 }
 
-/// Removes the group's name, as `unlink` does a file's: processes that have it open keep it,
-/// the next creator makes a new group under the name.
-pub(crate) fn remove(name: &str) -> Result<()> {
+/// Whether [`remove`] may remove a group in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InUse {
+    /// Refuse with `Error::GroupInUse` while a member is alive or another process has it open.
+    Refuse,
+    /// Remove it all the same: its members get `Error::GroupRemoved` on their next call.
+    Force,
+}
+
+/// The caller's own process's share of the group it removes, when it has the group open.
+pub(crate) struct Own<'a> {
+    /// Its descriptor of the object, which the setup lock is taken through: closing another
+    /// descriptor of the object would drop every record lock the process holds on it (its
+    /// open lock and its members' liveness locks).
+    pub file: &'a File,
+    /// Its live members (slot, process id): the locks of the process's own members are not
+    /// seen by its own lock queries.
+    pub members: Vec<(usize, u32)>,
+}
+
+/// Removes the named group (see the module docs): refused with `Error::GroupInUse` while a
+/// member is alive or another process than the caller's has it open, unless `in_use` forces
+/// it; otherwise the object is marked removed and the name unlinked, under the setup lock.
+pub(crate) fn remove(name: &str, in_use: InUse, own: Option<Own<'_>>) -> Result<()> {
     let object = object_name(name)?;
+    if let Some(own) = own {
+        if remove_object(name, &object, own.file, in_use, &own.members)? {
+            return Ok(());
+        }
+        // Another process removed the group this one has open, a moment ago: the name is
+        // another group's now, or nobody's.
+    }
+    for _ in 0..REMOVALS_IN_A_ROW {
+        let file = shm_open(&object, libc::O_RDWR | libc::O_CLOEXEC, 0)
+            .map_err(|e| os_error(name, "opening the named group to remove it", e))?;
+        if remove_object(name, &object, &file, in_use, &[])? {
+            return Ok(());
+        }
+        // Removed by another process between our shm_open and our setup lock: the name is
+        // another group's now, or nobody's (GroupNotFound at the next open).
+    }
+    Err(removed_too_often(name))
+}
+
+/// Removes the object `file`, opened by the name `object`, with its setup lock held. False if
+/// it was marked removed already (by another remover) and the name no longer names it.
+fn remove_object(
+    name: &str,
+    object: &CString,
+    file: &File,
+    in_use: InUse,
+    own_members: &[(usize, u32)],
+) -> Result<bool> {
+    let _setup = hold_setup(file, name)?;
+    let size = file
+        .metadata()
+        .map_err(|e| Error::io("reading the named group's size", e))?
+        .len();
+    if removed(file, size)? {
+        return finish_removal(file, object);
+    }
+    if in_use == InUse::Refuse {
+        // Another process's members hold their liveness bytes; the caller's own are listed by
+        // the caller. Nobody opens the group meanwhile: every opener takes the setup lock.
+        let mut members: Vec<(usize, u32)> = lock_holders(file, 0, MAX_MEMBERS_LIMIT as u64)?
+            .into_iter()
+            .map(|(byte, pid)| (byte as usize, pid))
+            .chain(own_members.iter().copied())
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        let opened_by = lock_holders(file, OPEN_BYTE as u64, 1)?
+            .first()
+            .map(|&(_, pid)| pid);
+        if !members.is_empty() || opened_by.is_some() {
+            return Err(Error::GroupInUse {
+                name: name.to_owned(),
+                members,
+                opened_by,
+            });
+        }
+    }
+    // Marked before the unlink, so that no opener that opened the name before the unlink
+    // joins the group after it; an object too short for the mark (its creator has not set it
+    // up) is lengthened for it.
+    let mark_room = std::mem::size_of::<u64>() as u64;
+    if size < mark_room {
+        file.set_len(mark_room)
+            .map_err(|e| os_error(name, "marking the named group removed", e))?;
+    }
+    let previous = swap_magic(file, REMOVED_MAGIC)?;
     // SAFETY: a valid C string; shm_unlink touches nothing of ours.
     if unsafe { libc::shm_unlink(object.as_ptr()) } == -1 {
-        return Err(os_error(
-            name,
-            "removing the named group",
-            io::Error::last_os_error(),
-        ));
+        let e = io::Error::last_os_error();
+        // Nothing changed after all: the mark (and the length) as they were.
+        swap_magic(file, previous)?;
+        if size < mark_room {
+            let _ = file.set_len(size);
+        }
+        return Err(os_error(name, "removing the named group", e));
     }
-    Ok(())
+    Ok(true)
+}
+
+/// With the setup lock of `file` held, found marked removed: unlinks the name if it still names
+/// `file` (a remover died between its mark and its unlink), so the name is free again. Whether
+/// the name named it.
+fn finish_removal(file: &File, object: &CString) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let again = match shm_open(object, libc::O_RDWR | libc::O_CLOEXEC, 0) {
+        Ok(again) => again,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+        Err(e) => return Err(Error::io("opening a removed named group's name", e)),
+    };
+    let identity = |f: &File| f.metadata().map(|m| (m.dev(), m.ino()));
+    let same = identity(file)
+        .and_then(|ours| identity(&again).map(|now| ours == now))
+        .map_err(|e| Error::io("reading a removed named group's identity", e))?;
+    if same {
+        // Nobody else unlinks it meanwhile: a herdless unlink takes the setup lock we hold.
+        // SAFETY: a valid C string; shm_unlink touches nothing of ours.
+        unsafe { libc::shm_unlink(object.as_ptr()) };
+    }
+    // (Closing `again` drops this process's locks on the object, the setup lock with them:
+    // the caller is done with it.)
+    Ok(same)
+}
+
+/// Does the object of `size` bytes carry the removed mark?
+fn removed(file: &File, size: u64) -> Result<bool> {
+    if size < std::mem::size_of::<u64>() as u64 {
+        return Ok(false);
+    }
+    let ptr = map(file, std::mem::size_of::<u64>())?;
+    // SAFETY: the mapping is page-aligned and at least 8 bytes of the object long; any bytes
+    // are a valid AtomicU64.
+    let magic = unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
+        .load(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: our own mapping, not used after.
+    unsafe { libc::munmap(ptr.cast(), std::mem::size_of::<u64>()) };
+    Ok(magic == REMOVED_MAGIC)
+}
+
+/// Stores `magic` in the first word of the object (at least 8 bytes long); returns the word it
+/// replaced.
+fn swap_magic(file: &File, magic: u64) -> Result<u64> {
+    let ptr = map(file, std::mem::size_of::<u64>())?;
+    // SAFETY: as in `removed`.
+    let previous = unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
+        .swap(magic, std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: our own mapping, not used after.
+    unsafe { libc::munmap(ptr.cast(), std::mem::size_of::<u64>()) };
+    Ok(previous)
+}
+
+fn removed_too_often(name: &str) -> Error {
+    os_error(
+        name,
+        "opening the named group",
+        io::Error::other(format!(
+            "it was removed {REMOVALS_IN_A_ROW} times in a row while this process opened it"
+        )),
+    )
 }
 
 /// Opens, creates or re-makes the named group (see the module docs).
 pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
     let object = object_name(req.name)?;
     let started = Instant::now();
+    let mut removals = 0;
     loop {
         let file = open_object(req, &object)?;
         let setup = hold_setup(&file, req.name)?;
         match settle(req, &file)? {
-            Some(shared) => {
+            Settled::Group(shared, origin) => {
                 // Open for as long as the process keeps the file; then the setup is over.
                 lock(&file, libc::F_RDLCK as libc::c_short, OPEN_BYTE, 1)
                     .map_err(|e| Error::io("marking the named group open", e))?;
                 drop(setup);
-                return Ok(Segment { shared, file });
+                return Ok(Segment {
+                    shared,
+                    file,
+                    origin,
+                });
             }
-            None if started.elapsed() < CREATOR_PATIENCE => {
+            Settled::Removed => {
+                // Removed between our shm_open and our setup lock: the name is another
+                // object's now, or nobody's. Opened again.
+                removals += 1;
+                if removals == REMOVALS_IN_A_ROW {
+                    return Err(removed_too_often(req.name));
+                }
+                finish_removal(&file, &object)?;
+                drop(setup);
+                drop(file);
+            }
+            Settled::NotSetUp if started.elapsed() < CREATOR_PATIENCE => {
                 // An object its creator has not set up yet (open only): look again shortly.
                 drop(setup);
                 drop(file);
                 std::thread::sleep(Duration::from_millis(2));
             }
-            None => {
+            Settled::NotSetUp => {
                 return Err(Error::GroupNotFound {
                     name: req.name.to_owned(),
                 })
@@ -198,19 +393,32 @@ fn shm_open(object: &CString, flags: libc::c_int, mode: u32) -> io::Result<File>
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// What an opener found with the setup lock held.
+enum Settled {
+    /// The group, mapped, and how it came to be.
+    Group(SharedState, Origin),
+    /// An open-only caller found a group not yet set up.
+    NotSetUp,
+    /// The object was removed: the caller opens the name again.
+    Removed,
+}
+
 /// With the setup lock held: maps the group, after setting it up if nobody has (its maker has
 /// not come to it yet, or died first), or if the caller may create and nobody uses it. An
-/// object that is not a group this herdless reads is refused, used or not.
-/// `None`: an open-only caller found a group not yet set up.
-fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
+/// object that is not a group this herdless reads is refused, used or not; one marked removed
+/// is left for the name's next object.
+fn settle(req: &Request<'_>, file: &File) -> Result<Settled> {
     let size = file
         .metadata()
         .map_err(|e| Error::io("reading the named group's size", e))?
         .len();
+    if removed(file, size)? {
+        return Ok(Settled::Removed);
+    }
     // Looked at even by the process that made the object: another opener may have taken the
     // setup lock first and set the group up (and joined it) already.
     let found = inspect(file, size, req.region)?;
-    let create = match (found, req.create) {
+    let (create, origin) = match (found, req.create) {
         (Found::Group(ptr, settings), create) => {
             let remake = match create {
                 Some(_) => unused(file)?,
@@ -220,7 +428,7 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
                 Some(c) if remake => {
                     // Nobody uses it: re-made fresh, with the creator's settings.
                     unmap(ptr, size as usize);
-                    c
+                    (c, Origin::Remade)
                 }
                 _ => {
                     if let Some(c) = &create {
@@ -229,25 +437,20 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Option<SharedState>> {
                             return Err(e);
                         }
                     }
+                    let region = (req.region)(&settings);
                     // SAFETY: `inspect` mapped exactly size_for(capacity, region) bytes, checked.
-                    return Ok(Some(unsafe {
-                        SharedState::from_mapping(ptr, settings, (req.region)(&settings), false)
-                    }));
+                    let shared = unsafe { SharedState::from_mapping(ptr, settings, region, false) };
+                    return Ok(Settled::Group(shared, Origin::Opened));
                 }
             }
         }
-        (Found::NotSetUp, Some(c)) => c,
-        (Found::NotSetUp, None) => return Ok(None),
+        (Found::NotSetUp, Some(c)) => (c, Origin::Created),
+        (Found::NotSetUp, None) => return Ok(Settled::NotSetUp),
         // Not ours to overwrite, used or not: the caller removes the name (`Group::remove`).
         (Found::Bad(e), _) => return Err(e.into_error(req.name)),
     };
-    set_up(
-        file,
-        req.name,
-        create.settings,
-        (req.region)(&create.settings),
-    )
-    .map(Some)
+    let region = (req.region)(&create.settings);
+    set_up(file, req.name, create.settings, region).map(|shared| Settled::Group(shared, origin))
 }
 
 /// What an object holds.
@@ -490,6 +693,48 @@ fn lock(file: &File, kind: libc::c_short, start: libc::off_t, len: libc::off_t) 
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The record locks other processes hold on the `len` bytes from `start`: (byte, process id)
+/// for each byte held. `F_GETLK` names one conflicting lock per query, in no set order, so the
+/// range is split around each lock found and both sides asked again: 2k + 1 queries for k
+/// locks.
+fn lock_holders(file: &File, start: u64, len: u64) -> Result<Vec<(u64, u32)>> {
+    let mut held = Vec::new();
+    let mut ranges = vec![(start, start + len)];
+    while let Some((from, to)) = ranges.pop() {
+        if from >= to {
+            continue;
+        }
+        // SAFETY: flock is plain data; all-zero is a valid starting value.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = from as libc::off_t;
+        fl.l_len = (to - from) as libc::off_t;
+        // SAFETY: a valid descriptor we own and a pointer to a live flock.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) } == -1 {
+            let e = io::Error::last_os_error();
+            return Err(Error::io("checking whether the named group is in use", e));
+        }
+        if fl.l_type == libc::F_UNLCK as libc::c_short {
+            continue;
+        }
+        // The lock found, within the range asked (a length of 0 runs to the end of the file).
+        let lock_from = (fl.l_start as u64).max(from);
+        let lock_to = match fl.l_len {
+            0 => to,
+            n => (fl.l_start as u64).saturating_add(n as u64).min(to),
+        };
+        if lock_from >= lock_to {
+            continue; // not within the range asked: no lock the kernel would report there
+        }
+        held.extend((lock_from..lock_to).map(|byte| (byte, fl.l_pid as u32)));
+        ranges.push((from, lock_from));
+        ranges.push((lock_to, to));
+    }
+    held.sort_unstable();
+    Ok(held)
 }
 
 /// An operating-system error about the named group, typed where it has a type of its own.

@@ -67,6 +67,10 @@ pub(crate) struct Preamble {
 
 /// The first word of a set-up group: "herdless" in ASCII.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"herdless");
+/// The first word of a named group removed from its name (`crate::named::remove`): its members
+/// get `Error::GroupRemoved`, and an opener that opened the name just before the removal opens
+/// the name again.
+pub(crate) const REMOVED_MAGIC: u64 = u64::from_le_bytes(*b"herdgone");
 /// The shared layout's version: changed whenever the layout of [`Header`], [`MemberSlot`] or a
 /// backend's region changes, so that a named group made by another version of herdless is
 /// refused, not misread.
@@ -278,13 +282,14 @@ impl Settings {
         }
     }
     /// Decodes a preamble's settings; `Err` names the field that holds no valid value.
+    #[cfg_attr(any(not(unix), loom), allow(dead_code))] // named groups only
     pub(crate) fn decode(
         backend: u32,
         rotation: u32,
         capacity: u32,
         sources: u32,
     ) -> std::result::Result<Settings, &'static str> {
-        use crate::contract::{Backend, Rotation, MAX_MEMBERS_LIMIT, MAX_SOURCES_LIMIT};
+        use crate::contract::{Backend, Rotation, MAX_EXCLUSIVE_LIMIT, MAX_MEMBERS_LIMIT};
         let backend = match backend {
             1 => Backend::Native,
             2 => Backend::Emulated,
@@ -299,7 +304,7 @@ impl Settings {
         }
         let sources_ok = match backend {
             Backend::Native => sources == 0,
-            _ => sources > 0 && sources as usize <= MAX_SOURCES_LIMIT,
+            _ => sources > 0 && sources as usize <= MAX_EXCLUSIVE_LIMIT,
         };
         if !sources_ok {
             return Err("source table's size");
@@ -461,11 +466,19 @@ impl SharedState {
         self.damaged.store(true, Relaxed);
     }
 
-    /// Is the group still one a member can use? `Err(CorruptGroup)` once its preamble no
-    /// longer holds the magic word (zeroed, or overwritten) or this process met a value no
-    /// group holds: what every public call of a member checks first (two loads).
+    /// Is the group still one a member can use? `Err(GroupRemoved)` once a named group was
+    /// removed from its name by force (`Group::remove_forced`); `Err(CorruptGroup)` once its
+    /// preamble no longer holds the magic word (zeroed, or overwritten) or this process met a
+    /// value no group holds: what every public call of a member checks first (two loads).
     pub(crate) fn check(&self, name: Option<&str>) -> Result<()> {
         let magic = self.header().preamble.magic.load(Relaxed);
+        if magic == REMOVED_MAGIC {
+            if let Some(name) = name {
+                return Err(Error::GroupRemoved {
+                    name: name.to_owned(),
+                });
+            }
+        }
         let reason = if magic != MAGIC {
             "its shared memory was overwritten: the magic word at its start is gone"
         } else if self.damaged.load(Relaxed) {

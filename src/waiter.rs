@@ -149,7 +149,8 @@ impl Waiter {
     /// [`Error::BadDescriptor`] (closed or never opened), [`Error::UnwatchableDescriptor`]
     /// (a regular file or directory), [`Error::BlockingDescriptor`] (an `exclusive`
     /// registration of a descriptor without `O_NONBLOCK`: set it non-blocking first),
-    /// [`Error::ForkedWaiter`]. Nothing changes on error.
+    /// [`Error::ForkedWaiter`], [`Error::GroupRemoved`] (a named group removed by force: drop
+    /// the waiter and open the group again). Nothing changes on error.
     ///
     /// **Blocking descriptors.** A shared descriptor must be non-blocking: a wake-up can find
     /// nothing (another member read the message first), and a blocking read would then hang.
@@ -250,8 +251,11 @@ impl Waiter {
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroCapacity`], [`Error::ForkedWaiter`], or [`Error::Io`] if the kernel wait
-    /// fails.
+    /// [`Error::ZeroCapacity`], [`Error::ForkedWaiter`], [`Error::GroupRemoved`] (a named
+    /// group removed by force, [`Group::remove_forced`](crate::Group::remove_forced): drop the
+    /// waiter and the group and open the group again; checked when `wait` is called, so a
+    /// member asleep in `wait` at the removal hears of it at its next call), or [`Error::Io`]
+    /// if the kernel wait fails.
     ///
     /// Example: see [`Waiter`].
     pub fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<usize> {

@@ -17,7 +17,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use common::*;
-use herdless::{Backend, Error, Events, Group, Interest, Rotation};
+use herdless::{Backend, Error, Events, Group, Interest, Origin, Rotation};
 
 /// A name of this test run's own.
 fn name(tag: &str) -> String {
@@ -29,11 +29,12 @@ fn object_path(name: &str) -> String {
     format!("/dev/shm/herdless.{name}")
 }
 
-/// Removes the name when the test ends, whatever happens.
+/// Removes the group when the test ends, whatever happens (by force: a failed test may leave
+/// members behind).
 struct Removed(String);
 impl Drop for Removed {
     fn drop(&mut self) {
-        let _ = Group::remove(&self.0);
+        let _ = Group::remove_forced(&self.0);
     }
 }
 
@@ -306,62 +307,106 @@ fn a_creation_race_ends_in_one_group(backend: Backend) {
     const RACERS: usize = 32;
     let n = name("race");
     let _removed = Removed(n.clone());
-    let (go_r, go_w) = pipe();
-    // SAFETY: fcntl on our own descriptor: the children read it blocking.
-    unsafe { libc::fcntl(go_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let (slot_r, slot_w) = pipe();
-    // SAFETY: as above, for the parent.
-    unsafe { libc::fcntl(slot_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let (stop_r, stop_w) = pipe();
-    // SAFETY: as above.
-    unsafe { libc::fcntl(stop_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let mut pids = Vec::new();
-    for _ in 0..RACERS {
-        // SAFETY: the child uses this crate, raw system calls and _exit only.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            drop(go_w);
-            drop(stop_w);
-            let code = std::panic::catch_unwind(|| {
-                let mut b = [0u8; 1];
-                read_exact(go_r.as_raw_fd(), &mut b);
-                let group = Group::builder()
-                    .name(&n)
-                    .backend(backend)
-                    .max_members(64)
-                    .build()
-                    .unwrap();
-                let waiter = group.join().unwrap();
-                write_all(slot_w.as_raw_fd(), &[waiter.member() as u8]);
-                // Stay a member until the parent has looked (its hang-up).
-                // SAFETY: a blocking read into a live byte.
-                unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-            });
-            // SAFETY: leaves the child at once.
-            unsafe { libc::_exit(i32::from(code.is_err())) };
-        }
-        pids.push(pid);
-    }
-    drop(slot_w);
-    write_all(go_w.as_raw_fd(), &[1; RACERS]);
-    let mut slots = vec![0u8; RACERS];
-    read_exact(slot_r.as_raw_fd(), &mut slots);
+    let racers = Racers::fork(RACERS, || {
+        Group::builder()
+            .name(&n)
+            .backend(backend)
+            .max_members(64)
+            .build()
+    });
+    racers.go();
+    let mut slots: Vec<usize> = racers.reports().into_iter().map(|(s, _)| s).collect();
     let group = Group::open(&n).unwrap();
     let stats = group.stats();
-    drop(stop_w);
-    for pid in pids {
-        let mut status = 0;
-        // SAFETY: reaps our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    }
+    racers.stop();
     slots.sort_unstable();
     slots.dedup();
     assert_eq!(slots.len(), RACERS, "two racers got one slot: {slots:?}");
     assert_eq!(stats.len(), RACERS, "not one group: {stats:?}");
     assert!(stats.iter().all(|m| m.alive), "{stats:?}");
     assert_eq!(group.backend(), backend);
+}
+
+/// Forked processes that race to a named group: each, at the word go, builds it with the
+/// function given, joins, reports its (slot, process id), and stays a member until `stop`.
+struct Racers {
+    pids: Vec<libc::pid_t>,
+    go: std::os::fd::OwnedFd,
+    reports: std::os::fd::OwnedFd,
+    stop: std::os::fd::OwnedFd,
+}
+
+impl Racers {
+    fn fork(count: usize, build: impl Fn() -> herdless::Result<Group>) -> Racers {
+        let (go_r, go_w) = pipe();
+        let (reports_r, reports_w) = pipe();
+        let (stop_r, stop_w) = pipe();
+        for fd in [&go_r, &reports_r, &stop_r] {
+            // SAFETY: fcntl on our own descriptor: these are read blocking.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) };
+        }
+        let mut pids = Vec::new();
+        for _ in 0..count {
+            // SAFETY: the child uses this crate, raw system calls and _exit only.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                drop((go_w, stop_w, reports_r)); // the hang-ups come from the parent alone
+                let report = |slot: u32| {
+                    let mut record = slot.to_ne_bytes().to_vec();
+                    record.extend_from_slice(&std::process::id().to_ne_bytes());
+                    write_all(reports_w.as_raw_fd(), &record);
+                };
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut b = [0u8; 1];
+                    read_exact(go_r.as_raw_fd(), &mut b);
+                    let waiter = build().unwrap().join().unwrap();
+                    report(waiter.member() as u32);
+                    // Stay a member until the parent has looked (its hang-up).
+                    // SAFETY: a blocking read into a live byte.
+                    unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+                }));
+                if code.is_err() {
+                    report(u32::MAX); // no slot: the parent does not wait for this one
+                }
+                // SAFETY: leaves the child at once.
+                unsafe { libc::_exit(i32::from(code.is_err())) };
+            }
+            pids.push(pid);
+        }
+        Racers {
+            pids,
+            go: go_w,
+            reports: reports_r,
+            stop: stop_w,
+        }
+    }
+
+    /// Every racer goes.
+    fn go(&self) {
+        write_all(self.go.as_raw_fd(), &vec![1; self.pids.len()]);
+    }
+
+    /// Each racer's (slot, process id), once every one has joined.
+    fn reports(&self) -> Vec<(usize, u32)> {
+        let mut records = vec![0u8; self.pids.len() * 8];
+        read_exact(self.reports.as_raw_fd(), &mut records);
+        records
+            .chunks(8)
+            .map(|c| {
+                let word = |i: usize| u32::from_ne_bytes(c[i..i + 4].try_into().unwrap());
+                (word(0) as usize, word(4))
+            })
+            .collect()
+    }
+
+    /// Ends every racer (they leave) and reaps them, each exit status 0.
+    fn stop(self) {
+        drop(self.stop);
+        for pid in self.pids {
+            reap(pid);
+        }
+    }
 }
 
 /// Forks a member of the named group that stays joined until the returned pipe end is dropped.
@@ -481,6 +526,7 @@ fn settings_differ_while_in_use_and_a_dead_group_is_reused(backend: Backend) {
         (fresh.max_members(), fresh.rotation(), fresh.stats().len()),
         (16, Rotation::Adaptive, 0)
     );
+    assert_eq!(fresh.origin(), Origin::Remade);
 }
 
 /// A member killed with SIGKILL leaves a slot the next member of another process reuses, and
@@ -802,7 +848,357 @@ fn the_groups_descriptors_are_close_on_exec(backend: Backend) {
     drop((waiter, group));
 }
 
+/// Creates the named group `n` (8 members), or opens it.
+fn build_named(n: &str, backend: Backend) -> herdless::Result<Group> {
+    Group::builder()
+        .name(n)
+        .backend(backend)
+        .max_members(8)
+        .build()
+}
+
+/// What a member in a child process tells the parent (`ServingMember`): 16 bytes, a tag and a
+/// value, one atomic pipe write each.
+const JOINED: u64 = 1; // value: its slot
+const READ: u64 = 2; // value: the message id read
+const REMOVED: u64 = 3; // its call got Error::GroupRemoved; it opens the name again
+
+/// A member of the named group in a forked child, serving a pipe as a server would: it opens
+/// the group by name, joins, and reads messages (`send`); when a call says `GroupRemoved` it
+/// leaves, opens the name again and joins the group then under it. A byte on its poke pipe
+/// (watched plainly) makes its `wait` return, so that it calls again; the data pipe's hang-up
+/// (`stop`) ends it.
+struct ServingMember {
+    pid: libc::pid_t,
+    data: std::os::fd::OwnedFd,
+    poke: std::os::fd::OwnedFd,
+    report: std::os::fd::OwnedFd,
+}
+
+impl ServingMember {
+    fn fork(n: &str) -> ServingMember {
+        let (data_r, data_w) = pipe();
+        let (poke_r, poke_w) = pipe();
+        let (report_r, report_w) = pipe();
+        // SAFETY: fcntl on our own descriptor: the parent reads it blocking.
+        unsafe { libc::fcntl(report_r.as_raw_fd(), libc::F_SETFL, 0) };
+        // SAFETY: the child uses this crate, raw system calls and _exit only.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            drop((data_w, poke_w, report_r));
+            let code = std::panic::catch_unwind(|| {
+                serve_until_hang_up(
+                    n,
+                    data_r.as_raw_fd(),
+                    poke_r.as_raw_fd(),
+                    report_w.as_raw_fd(),
+                )
+            });
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(i32::from(code.is_err())) };
+        }
+        ServingMember {
+            pid,
+            data: data_w,
+            poke: poke_w,
+            report: report_r,
+        }
+    }
+
+    /// The child's next report: (tag, value).
+    fn next(&self) -> (u64, u64) {
+        let mut record = [0u8; 16];
+        read_exact(self.report.as_raw_fd(), &mut record);
+        let word = |i: usize| u64::from_ne_bytes(record[i..i + 8].try_into().unwrap());
+        (word(0), word(8))
+    }
+
+    /// Writes message `id` and returns once the child reports it read.
+    fn send(&self, id: u64) {
+        write_msg(self.data.as_raw_fd(), id);
+        assert_eq!(
+            self.next(),
+            (READ, id),
+            "the member did not serve message {id}"
+        );
+    }
+
+    /// Makes the child's `wait` return, so that it calls `wait` again.
+    fn poke(&self) {
+        write_all(self.poke.as_raw_fd(), &[1]);
+    }
+
+    /// Hangs up its data pipe and reaps it (exit status 0 asserted).
+    fn stop(self) {
+        drop(self.data);
+        reap(self.pid);
+    }
+}
+
+/// The child's side of `ServingMember`.
+fn serve_until_hang_up(n: &str, data: RawFd, poke: RawFd, report: RawFd) {
+    let tell = |tag: u64, value: u64| {
+        let mut record = tag.to_ne_bytes().to_vec();
+        record.extend_from_slice(&value.to_ne_bytes());
+        write_all(report, &record);
+    };
+    // SAFETY: the pipe ends live as long as this child.
+    let (data_fd, poke_fd) = unsafe {
+        (
+            std::os::fd::BorrowedFd::borrow_raw(data),
+            std::os::fd::BorrowedFd::borrow_raw(poke),
+        )
+    };
+    let join = || {
+        let group = Group::open(n).expect("opening the group by name");
+        let mut waiter = group.join().unwrap();
+        waiter
+            .add(data_fd, 0, Interest::READABLE.exclusive())
+            .unwrap();
+        waiter.add(poke_fd, 1, Interest::READABLE).unwrap();
+        tell(JOINED, waiter.member() as u64);
+        (group, waiter)
+    };
+    let (mut _group, mut waiter) = join();
+    let mut events = Events::with_capacity(2);
+    loop {
+        match waiter.wait(&mut events, None) {
+            Err(Error::GroupRemoved { .. }) => {
+                tell(REMOVED, 0);
+                drop(waiter);
+                (_group, waiter) = join();
+                continue;
+            }
+            other => {
+                other.unwrap();
+            }
+        }
+        for event in events.iter() {
+            if event.key == 1 {
+                let mut byte = [0u8; 1];
+                // SAFETY: reads into a live byte (the poke pipe is non-blocking).
+                unsafe { libc::read(poke, byte.as_mut_ptr().cast(), 1) };
+                continue;
+            }
+            match read_msg(data) {
+                Some(Some(id)) => {
+                    waiter.consumed(0).unwrap();
+                    tell(READ, id);
+                }
+                Some(None) => return,
+                None => waiter.found_nothing(0).unwrap(),
+            }
+        }
+    }
+}
+
+/// `Group::remove` while a member of another process is alive is refused, naming the member
+/// (slot and process) and the process that has the group open; nothing changes: the member
+/// goes on serving, and the name is the same group (a build opens it). A member of the
+/// caller's own process is named too. Once every member has left, the removal goes through,
+/// and the next build creates a new group.
+fn remove_while_a_member_lives_is_refused(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("inuse");
+    let _removed = Removed(n.clone());
+    let build = || build_named(&n, backend);
+    assert_eq!(build().unwrap().origin(), Origin::Created);
+    // (Dropped before the fork: the child opens the name itself, as an unrelated process
+    // does, rather than inherit this process's open group.)
+    let member = ServingMember::fork(&n);
+    let (tag, slot) = member.next();
+    assert_eq!(tag, JOINED);
+    let child = (slot as usize, member.pid as u32);
+    match Group::remove(&n) {
+        Err(e @ Error::GroupInUse { .. }) => {
+            let text = e.to_string();
+            let Error::GroupInUse {
+                members, opened_by, ..
+            } = e
+            else {
+                unreachable!()
+            };
+            assert_eq!(members, vec![child]);
+            assert_eq!(opened_by, Some(child.1));
+            assert!(
+                text.contains(&format!("process {}", child.1)) && text.contains("remove_forced"),
+                "{text}"
+            );
+        }
+        other => panic!("expected GroupInUse, got {other:?}"),
+    }
+    // Nothing changed: the member serves, and the name is its group.
+    member.send(7);
+    let again = build().unwrap();
+    assert_eq!(again.origin(), Origin::Opened);
+    let mine = again.join().unwrap();
+    let me = (mine.member(), std::process::id());
+    match Group::remove(&n) {
+        Err(Error::GroupInUse { mut members, .. }) => {
+            members.sort_unstable();
+            let mut want = vec![child, me];
+            want.sort_unstable();
+            assert_eq!(members, want, "this process's own member is named too");
+        }
+        other => panic!("expected GroupInUse, got {other:?}"),
+    }
+    member.send(8);
+    assert_eq!(
+        again.stats().iter().filter(|m| m.alive).count(),
+        2,
+        "{:?}",
+        again.stats()
+    );
+    drop((mine, again));
+    member.stop();
+    // Every member gone, no other process has it open: removed, and the name is free.
+    Group::remove(&n).unwrap();
+    assert!(matches!(Group::open(&n), Err(Error::GroupNotFound { .. })));
+    let fresh = build().unwrap();
+    assert_eq!(fresh.origin(), Origin::Created);
+    assert!(fresh.stats().is_empty());
+}
+
+/// `Group::remove_forced` removes a group in use: the name is free at once, the old group's
+/// handles refuse to join, and its member, on its next call, gets `GroupRemoved`, opens the
+/// name again and joins the group then under it (made meanwhile by the supervisor), where it
+/// serves.
+fn a_forced_removal_sends_the_members_to_the_new_group(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("forced");
+    let _removed = Removed(n.clone());
+    let build = || build_named(&n, backend);
+    let old = build().unwrap();
+    let member = ServingMember::fork(&n);
+    assert_eq!(member.next().0, JOINED);
+    member.send(1);
+    // Asleep in its wait when the group is removed: it hears of it at its next call.
+    until_asleep(member.pid as u32, &[member.pid]);
+    Group::remove_forced(&n).unwrap();
+    assert!(matches!(Group::open(&n), Err(Error::GroupNotFound { .. })));
+    assert!(matches!(old.join(), Err(Error::GroupRemoved { .. })));
+    let new = build().unwrap();
+    assert_eq!(new.origin(), Origin::Created, "not the removed group");
+    member.poke();
+    assert_eq!(member.next(), (REMOVED, 0));
+    let (tag, slot) = member.next();
+    assert_eq!(tag, JOINED);
+    let stats = new.stats();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert_eq!(
+        (stats[0].member, stats[0].pid, stats[0].alive),
+        (slot as usize, member.pid as u32, true)
+    );
+    member.send(2);
+    assert_eq!(new.stats()[0].events, 1, "served in the new group");
+    drop(new);
+    member.stop();
+    Group::remove(&n).unwrap();
+}
+
+/// Processes create-or-open a name while another removes it again and again, for many rounds:
+/// a removal that finds the group unused goes through, and an opener that opened the name
+/// just before it opens the name again, so every round ends with every opener in the one group
+/// under the name (the parent, opening it afterwards, sees each of them there, alive). Without
+/// the removed mark an opener that took the object's setup lock after the unlink set up a
+/// group of its own in the unlinked object.
+fn opening_while_removing_never_makes_two_groups(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    const RACERS: usize = 6;
+    const ROUNDS: usize = 20;
+    let n = name("rmrace");
+    let _removed = Removed(n.clone());
+    let (mut removed, mut refused) = (0, 0);
+    for round in 0..ROUNDS {
+        // Each round starts with an unused group under the name.
+        drop(build_named(&n, backend).unwrap());
+        let racers = Racers::fork(RACERS, || build_named(&n, backend));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let mut reported = std::thread::scope(|scope| {
+            let remover = scope.spawn(|| {
+                let (mut removed, mut refused) = (0, 0);
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    match Group::remove(&n) {
+                        Ok(()) => removed += 1,
+                        Err(Error::GroupInUse { .. }) => refused += 1,
+                        Err(Error::GroupNotFound { .. }) => {}
+                        Err(e) => panic!("removing: {e:?}"),
+                    }
+                }
+                (removed, refused)
+            });
+            racers.go();
+            let reported = racers.reports();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            let (r, f) = remover.join().unwrap();
+            removed += r;
+            refused += f;
+            reported
+        });
+        let group = Group::open(&n).unwrap();
+        let mut alive: Vec<(usize, u32)> = group
+            .stats()
+            .into_iter()
+            .filter(|m| m.alive)
+            .map(|m| (m.member, m.pid))
+            .collect();
+        drop(group);
+        racers.stop();
+        reported.sort_unstable();
+        alive.sort_unstable();
+        assert_eq!(
+            alive, reported,
+            "round {round}: not every opener is in the group under the name"
+        );
+    }
+    eprintln!(
+        "{backend:?}: {removed} removals went through, {refused} refused, in {ROUNDS} rounds"
+    );
+}
+
+/// `Group::origin` says what the call did: an anonymous group is created; a name nobody had is
+/// created; a name this process has open, or that another process's member keeps, is opened;
+/// a group nobody uses is re-made. A group only the caller's process has open, with no member,
+/// is removed by `Group::remove`, and its handles then refuse to join (the name is one group,
+/// in this process too).
+fn origin_says_what_build_did(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("origin");
+    let _removed = Removed(n.clone());
+    let build = || build_named(&n, backend);
+    let anonymous = Group::builder().backend(backend).build().unwrap();
+    assert_eq!(anonymous.origin(), Origin::Created);
+    let first = build().unwrap();
+    assert_eq!(first.origin(), Origin::Created);
+    assert_eq!(first.clone().origin(), Origin::Created, "a clone keeps it");
+    assert_eq!(build().unwrap().origin(), Origin::Opened, "this process's");
+    assert_eq!(Group::open(&n).unwrap().origin(), Origin::Opened);
+    drop(first);
+    assert_eq!(build().unwrap().origin(), Origin::Remade, "nobody used it");
+    let member = ServingMember::fork(&n);
+    assert_eq!(member.next().0, JOINED);
+    assert_eq!(
+        build().unwrap().origin(),
+        Origin::Opened,
+        "another's member"
+    );
+    member.stop();
+    // Only this process has it open, with no member: removed.
+    let mine = build().unwrap();
+    Group::remove(&n).unwrap();
+    assert!(matches!(mine.join(), Err(Error::GroupRemoved { .. })));
+    assert!(matches!(Group::open(&n), Err(Error::GroupNotFound { .. })));
+    let next = build().unwrap();
+    assert_eq!(next.origin(), Origin::Created);
+    let _joined = next.join().unwrap();
+}
+
 every_backend!(
+    remove_while_a_member_lives_is_refused,
+    a_forced_removal_sends_the_members_to_the_new_group,
+    opening_while_removing_never_makes_two_groups,
+    origin_says_what_build_did,
     the_groups_descriptors_are_close_on_exec,
     exec_d_members_killed_while_others_read,
     a_big_group_under_a_small_descriptor_limit,

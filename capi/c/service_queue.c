@@ -266,6 +266,11 @@ int main(int argc, char **argv) {
     mq_close(q);
     mq_unlink(queue_name);
     herdless_group_free(group);
-    herdless_group_remove(group_name);
-    return lost == 0 && duplicated == 0 && stray == 0 && failed_servers == 0 ? 0 : 1;
+    /* Every server has gone: the removal goes through (it would refuse, naming them, if one
+     * lingered). */
+    int removed = herdless_group_remove(group_name);
+    if (removed != HERDLESS_OK) fprintf(stderr, "herdless_group_remove: %s\n", herdless_strerror(removed));
+    return lost == 0 && duplicated == 0 && stray == 0 && failed_servers == 0 && removed == HERDLESS_OK
+               ? 0
+               : 1;
 }

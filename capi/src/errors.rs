@@ -8,9 +8,15 @@
 //! `EINVAL`); every other call returns the code itself, and every code is −1000 or below, so it
 //! is never −1 and never a negated `errno`. [`ffi`] runs each entry point's body under
 //! `catch_unwind`, so a panic never crosses the boundary: it becomes `HERDLESS_EPANIC` with the
-//! panic's message.
+//! panic's message and place.
+//!
+//! **Silence.** The library writes nothing to the host program's stderr. Rust's default panic
+//! hook prints a panic's message (and a backtrace) there before `catch_unwind` sees it, so the
+//! first entry point called installs, once, a hook of its own: silent for a panic inside an
+//! entry point's body (a thread-local flag set around it), the hook that was there before for
+//! every other panic of the process.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -69,6 +75,15 @@ pub const HERDLESS_EACCES: c_int = -1018;
 /// HERDLESS_POLLEXCL): a wake-up can find nothing, and a blocking read would hang. Set
 /// O_NONBLOCK first (fcntl F_SETFL, or O_NONBLOCK in mq_open's flags). errno EINVAL.
 pub const HERDLESS_EBLOCKING: c_int = -1019;
+/// herdless_group_remove refused: members of the group are alive, or another process has it
+/// open (the message names them: slot and process of each member). Nothing changed. Stop them
+/// first, or remove it by force with herdless_group_remove_forced. errno EBUSY.
+pub const HERDLESS_EINUSE: c_int = -1020;
+/// The named group of this handle was removed (herdless_group_remove_forced, or
+/// herdless_group_remove by this process while only it had the group open): herdless_leave the
+/// waiter, herdless_group_free the group, and herdless_group_open the name again to join the
+/// group now under it. errno EIDRM.
+pub const HERDLESS_EREMOVED: c_int = -1021;
 
 /// A failed call: the code recorded for C, the errno set, and the message kept for
 /// herdless_strerror.
@@ -115,6 +130,8 @@ pub(crate) fn errno_of(code: c_int) -> c_int {
         HERDLESS_ESETTINGS => libc::EEXIST,
         HERDLESS_EBADGROUP => libc::EPROTO,
         HERDLESS_EACCES => libc::EACCES,
+        HERDLESS_EINUSE => libc::EBUSY,
+        HERDLESS_EREMOVED => libc::EIDRM,
         _ => libc::EIO,
     }
 }
@@ -179,6 +196,15 @@ impl From<herdless::Error> for Failure {
                 (HERDLESS_EBADGROUP, e.to_string())
             }
             E::PermissionDenied { .. } => (HERDLESS_EACCES, e.to_string()),
+            E::GroupInUse { .. } => (HERDLESS_EINUSE, in_use_message(&e.to_string())),
+            E::GroupRemoved { name } => (
+                HERDLESS_EREMOVED,
+                format!(
+                    "the group named {name:?} was removed: herdless_leave this waiter, \
+                     herdless_group_free the group, and herdless_group_open the name again to \
+                     join the group now under it"
+                ),
+            ),
             E::InvalidGroupName { .. } => (HERDLESS_EINVAL, e.to_string()),
             E::Unsupported { .. } => (HERDLESS_EUNAVAILABLE, e.to_string()),
             _ => (HERDLESS_EIO, e.to_string()),
@@ -193,6 +219,20 @@ impl From<herdless::Error> for Failure {
             os_errno,
         }
     }
+}
+
+/// The message of a refused removal in C's words: the Rust message's account of who uses the
+/// group ("the group named .. is in use (member 0 (process 12) is alive, ..)"), then the C
+/// calls that remedy it.
+fn in_use_message(rust: &str) -> String {
+    let who = rust
+        .split_once(": stop them first")
+        .map_or(rust, |(who, _)| who);
+    format!(
+        "{who}: stop them first (herdless_leave and herdless_group_free in their processes, or \
+         end them), or remove it by force with herdless_group_remove_forced (its members then \
+         get HERDLESS_EREMOVED and open the group again)"
+    )
 }
 
 thread_local! {
@@ -241,9 +281,44 @@ fn remember(failure: Failure) -> c_int {
     failure.code
 }
 
+thread_local! {
+    /// Set while this thread runs inside an entry point ([`caught`]): a panic there is the
+    /// library's own, caught and reported as a code, and the panic hook prints nothing for it.
+    static IN_CALL: Cell<bool> = const { Cell::new(false) };
+    /// Where the last panic inside an entry point of this thread happened, as the hook saw it.
+    static PANICKED_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs the library's panic hook, once per process (see the module docs): a panic while
+/// [`IN_CALL`] is set leaves only its place in [`PANICKED_AT`]; any other goes to the hook that
+/// was installed before (the default one prints it).
+fn silence_own_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_CALL.try_with(Cell::get).unwrap_or(false) {
+                let at = info.location().map(|l| l.to_string());
+                let _ = PANICKED_AT.try_with(|p| *p.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f` as an entry point's body: under `catch_unwind`, with the panic hook silent.
+fn caught<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    silence_own_panics();
+    let outer = IN_CALL.try_with(|c| c.replace(true)).unwrap_or(false);
+    let result = catch_unwind(AssertUnwindSafe(f));
+    let _ = IN_CALL.try_with(|c| c.set(outer));
+    result
+}
+
 /// Runs `body`, turning a panic into a failure.
 fn guarded(body: impl FnOnce() -> Result<c_int, Failure>) -> Result<c_int, Failure> {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    match caught(body) {
         Ok(result) => result,
         Err(panic) => {
             let what = panic
@@ -251,9 +326,15 @@ fn guarded(body: impl FnOnce() -> Result<c_int, Failure>) -> Result<c_int, Failu
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
+            let at = PANICKED_AT
+                .try_with(|p| p.borrow_mut().take())
+                .ok()
+                .flatten()
+                .map(|at| format!(" (at {at})"))
+                .unwrap_or_default();
             Err(Failure::new(
                 HERDLESS_EPANIC,
-                format!("internal error in herdless (please report it): {what}"),
+                format!("internal error in herdless (please report it): {what}{at}"),
             ))
         }
     }
@@ -299,6 +380,8 @@ fn describe(code: c_int) -> &'static [u8] {
         HERDLESS_EBADGROUP => b"not a group this herdless can use\0",
         HERDLESS_EACCES => b"permission denied for the named group\0",
         HERDLESS_EBLOCKING => b"descriptor in blocking mode (set O_NONBLOCK)\0",
+        HERDLESS_EINUSE => b"the named group is in use (members alive, or open elsewhere)\0",
+        HERDLESS_EREMOVED => b"the named group was removed: open the name again\0",
         _ => b"unknown herdless error code\0",
     }
 }
@@ -308,8 +391,7 @@ fn describe(code: c_int) -> &'static [u8] {
 /// gives its message. Calls that succeed leave it alone, as errno.
 #[no_mangle]
 pub extern "C" fn herdless_last_error() -> c_int {
-    catch_unwind(|| LAST.try_with(|last| last.borrow().0).unwrap_or(HERDLESS_OK))
-        .unwrap_or(HERDLESS_OK)
+    caught(|| LAST.try_with(|last| last.borrow().0).unwrap_or(HERDLESS_OK)).unwrap_or(HERDLESS_OK)
 }
 
 /// The message of `code`: if it is the code of this thread's last failing call, the message of
@@ -319,7 +401,7 @@ pub extern "C" fn herdless_last_error() -> c_int {
 #[no_mangle]
 pub extern "C" fn herdless_strerror(code: c_int) -> *const c_char {
     let fixed = describe(code).as_ptr().cast::<c_char>();
-    catch_unwind(|| {
+    caught(|| {
         LAST.try_with(|last| {
             let last = last.borrow();
             if last.0 == code && code != HERDLESS_OK && !last.1.as_bytes().is_empty() {
@@ -351,6 +433,52 @@ mod tests {
         let code = ffi(|| panic!("boom"));
         assert_eq!(code, HERDLESS_EPANIC);
         assert!(message(code).contains("boom"), "{}", message(code));
+    }
+
+    /// What `a_panic_inside_a_call_prints_nothing` runs in a process of its own (this test
+    /// binary, executed again with `HERDLESS_TEST_PANIC_CHILD` set): a panic inside an entry
+    /// point, then one outside. Run without the variable, it returns at once.
+    #[test]
+    fn panicking_child() {
+        if std::env::var_os("HERDLESS_TEST_PANIC_CHILD").is_none() {
+            return;
+        }
+        let code = ffi(|| panic!("boom inside a call"));
+        assert_eq!(code, HERDLESS_EPANIC);
+        let text = message(code);
+        assert!(text.contains("boom inside a call"), "{text}");
+        assert!(
+            text.contains("errors.rs"),
+            "the place is in the message: {text}"
+        );
+        // Not the library's: the hook that was there before prints it.
+        let _ = std::panic::catch_unwind(|| panic!("boom outside the library"));
+        println!("CHILD DONE: {text}");
+    }
+
+    /// A panic inside a C entry point leaves nothing on the host program's stderr (the code and
+    /// message reach herdless_last_error and herdless_strerror); a panic elsewhere in the
+    /// process is still printed by the hook that was there before.
+    #[test]
+    fn a_panic_inside_a_call_prints_nothing() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "errors::tests::panicking_child", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env("HERDLESS_TEST_PANIC_CHILD", "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("CHILD DONE"), "the child ran: {stdout}");
+        assert!(
+            !stderr.contains("boom inside a call"),
+            "printed on stderr: {stderr}"
+        );
+        assert!(
+            stderr.contains("boom outside the library"),
+            "the previous hook was not called: {stderr}"
+        );
     }
 
     #[test]
@@ -389,6 +517,8 @@ mod tests {
             HERDLESS_EBADGROUP,
             HERDLESS_EACCES,
             HERDLESS_EBLOCKING,
+            HERDLESS_EINUSE,
+            HERDLESS_EREMOVED,
         ];
         for code in codes {
             assert!(code <= -1000, "{code}");
@@ -400,6 +530,29 @@ mod tests {
                 Some(errno_of(code))
             );
         }
+    }
+
+    #[test]
+    fn the_removal_messages_name_the_c_calls() {
+        let f = Failure::from(herdless::Error::GroupInUse {
+            name: "svc".into(),
+            members: vec![(0, 12), (3, 40)],
+            opened_by: Some(12),
+        });
+        assert_eq!(f.code, HERDLESS_EINUSE);
+        for part in [
+            "members 0 (process 12), 3 (process 40) are alive",
+            "process 12 has it open",
+            "herdless_group_remove_forced",
+            "HERDLESS_EREMOVED",
+        ] {
+            assert!(f.message.contains(part), "{part}: {}", f.message);
+        }
+        assert!(!f.message.contains("Group::"), "{}", f.message);
+        let f = Failure::from(herdless::Error::GroupRemoved { name: "svc".into() });
+        assert_eq!(f.code, HERDLESS_EREMOVED);
+        assert!(f.message.contains("herdless_group_open"), "{}", f.message);
+        assert!(!f.message.contains("Group::"), "{}", f.message);
     }
 
     #[test]

@@ -373,8 +373,9 @@ unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
 /// it. With `options` NULL the group must exist, and its settings are taken (what a server that
 /// must not create calls); with options, the group is created with them if there is none (mode
 /// 0600; a group nobody has open and whose members are all gone is made anew), and an existing
-/// one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's). A second open of
-/// one name in a process returns the same group. A name is 1 to 245 characters (21 on macOS)
+/// one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's);
+/// herdless_group_origin says which it did. A second open of one name in a process returns the
+/// same group (unless it was removed meanwhile). A name is 1 to 245 characters (21 on macOS)
 /// of letters, digits, '.', '_' and '-' (the POSIX shared-memory object /herdless.<name>).
 ///
 /// Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `name` or `out_group`
@@ -413,10 +414,19 @@ pub unsafe extern "C" fn herdless_group_open(
     })
 }
 
-/// Removes the name of a named group, as unlink(2) removes a file's: processes that have it
-/// open keep using it, the next creator of the name makes a new group. Returns HERDLESS_OK,
-/// HERDLESS_ENULL, HERDLESS_EINVAL (invalid name), HERDLESS_ENOGROUP (no such group),
-/// HERDLESS_EACCES, HERDLESS_EUNAVAILABLE outside Unix.
+/// Removes the named group `name`, once nobody uses it: refused with HERDLESS_EINUSE while any
+/// member is alive (in any process, the caller's included) or another process has the group
+/// open, so a supervisor that clears stale groups at start-up never splits a running service;
+/// the message names each live member (slot and process) and a process that has it open, and
+/// nothing changes. Then the name is free: the next herdless_group_open with options creates a
+/// new group. A group only the caller's own process has open, with no member, is removed: the
+/// caller's handles of it then answer HERDLESS_EREMOVED to herdless_join. A process that
+/// opened the name in the instant before the removal opens the name again after it, never
+/// the removed group.
+///
+/// Returns HERDLESS_OK, HERDLESS_EINUSE, HERDLESS_ENULL, HERDLESS_EINVAL (invalid name),
+/// HERDLESS_ENOGROUP (no such group), HERDLESS_EACCES, HERDLESS_EUNAVAILABLE outside Unix,
+/// HERDLESS_EIO.
 ///
 /// # Safety
 ///
@@ -428,6 +438,52 @@ pub unsafe extern "C" fn herdless_group_remove(name: *const c_char) -> c_int {
         let name = unsafe { c_str(name, "name") }?;
         Group::remove(name)?;
         Ok(HERDLESS_OK)
+    })
+}
+
+/// Removes the named group `name` whoever uses it: herdless_group_remove without its refusal.
+/// The group's live members, in every process, get HERDLESS_EREMOVED from their next
+/// herdless_wait, herdless_poll (-1, errno EIDRM) or herdless_add (one asleep in a wait hears
+/// of it when that wait returns), and herdless_join fails the same way: each then leaves
+/// (herdless_leave, herdless_group_free) and opens the name again, joining the group then
+/// under it. For a supervisor that restarts a service whose old servers must not linger.
+///
+/// Returns HERDLESS_OK, or as herdless_group_remove but never HERDLESS_EINUSE.
+///
+/// # Safety
+///
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn herdless_group_remove_forced(name: *const c_char) -> c_int {
+    ffi(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        let name = unsafe { c_str(name, "name") }?;
+        Group::remove_forced(name)?;
+        Ok(HERDLESS_OK)
+    })
+}
+
+/// herdless_group_origin: the group is new (every group of herdless_group_new; a name no
+/// group had).
+pub const HERDLESS_ORIGIN_CREATED: c_int = 1;
+/// herdless_group_origin: the group that existed under the name was opened (herdless_group_open
+/// with NULL options always).
+pub const HERDLESS_ORIGIN_OPENED: c_int = 2;
+/// herdless_group_origin: a group existed under the name, but nobody had it open and none of
+/// its members was alive: it was made anew with the options, and no members.
+pub const HERDLESS_ORIGIN_REMADE: c_int = 3;
+
+/// What the call that made this handle did: HERDLESS_ORIGIN_CREATED, HERDLESS_ORIGIN_OPENED
+/// or HERDLESS_ORIGIN_REMADE (a supervisor that must start from a clean slate, or a server that
+/// must not be the first, asks), or a negative code (HERDLESS_EBADHANDLE).
+#[no_mangle]
+pub extern "C" fn herdless_group_origin(group: herdless_group) -> c_int {
+    ffi(|| {
+        Ok(match registry::group(group.id)?.origin() {
+            herdless::Origin::Created => HERDLESS_ORIGIN_CREATED,
+            herdless::Origin::Opened => HERDLESS_ORIGIN_OPENED,
+            herdless::Origin::Remade => HERDLESS_ORIGIN_REMADE,
+        })
     })
 }
 
@@ -457,7 +513,8 @@ pub extern "C" fn herdless_group_backend(group: herdless_group) -> c_int {
 /// another thread of that process; it is used by one thread at a time.
 ///
 /// Returns HERDLESS_OK and the handle in `*out_waiter`; HERDLESS_ENULL, HERDLESS_EBADHANDLE,
-/// HERDLESS_EFULL when every member slot is taken, HERDLESS_EIO.
+/// HERDLESS_EFULL when every member slot is taken, HERDLESS_EREMOVED for a named group that
+/// was removed (open the name again), HERDLESS_EIO.
 ///
 /// # Safety
 ///
@@ -510,7 +567,8 @@ pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
 ///
 /// Returns HERDLESS_OK; HERDLESS_EBADF (closed), HERDLESS_EUNWATCHABLE (a regular file),
 /// HERDLESS_EBLOCKING (exclusive, without O_NONBLOCK), HERDLESS_EEXIST, HERDLESS_EINVAL,
-/// HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY. Nothing changes on error.
+/// HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY, HERDLESS_EREMOVED (a named
+/// group removed by force). Nothing changes on error.
 #[no_mangle]
 pub extern "C" fn herdless_add(
     waiter: herdless_waiter,
@@ -579,6 +637,7 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
 /// Returns the number of events (0 on timeout or herdless_notify); HERDLESS_ENULL if `events`
 /// is NULL; HERDLESS_EINVAL if `capacity` is 0; HERDLESS_EINTR; a handle error
 /// (HERDLESS_EBADHANDLE also when another thread's herdless_leave ended the wait);
+/// HERDLESS_EREMOVED (a named group removed by force: leave, and open the name again);
 /// HERDLESS_EIO.
 ///
 /// # Safety

@@ -95,8 +95,10 @@ fn interest_of(events: i16) -> Option<Interest> {
 /// refused (POLLPRI with HERDLESS_POLLEXCL) or a descriptor asked for with HERDLESS_POLLEXCL
 /// is in blocking mode (HERDLESS_EBLOCKING: set O_NONBLOCK with fcntl first); EEXIST if a
 /// descriptor was also added with herdless_add; EBADF for a bad waiter handle (also when
-/// another thread's herdless_leave ended the wait); EBUSY; EIO. herdless_last_error() gives
-/// the HERDLESS_E* code of the failure and herdless_strerror() its message.
+/// another thread's herdless_leave ended the wait); EBUSY; EIDRM when the waiter's named group
+/// was removed by force (HERDLESS_EREMOVED: leave, and open the name again); EIO.
+/// herdless_last_error() gives the HERDLESS_E* code of the failure and herdless_strerror() its
+/// message.
 ///
 /// # Safety
 ///

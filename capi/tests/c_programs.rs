@@ -1,9 +1,9 @@
 //! The C programs in capi/c/, compiled with the system C compiler against include/herdless.h
 //! and the libherdless_c.so this `cargo test` just built, then run: the POLLONE four-call
 //! order, revents as poll() gives them and registrations that follow the array, bad input,
-//! seed 003's herd (threads on a pipe, forked processes on a POSIX message
-//! queue), the first program of docs/c.md, and the flag bits against <poll.h>. Each runs on both
-//! backends where the backend matters.
+//! seed 003's herd (threads on a pipe, forked processes on a POSIX message queue), the first
+//! program of docs/c.md, the flag bits against <poll.h>, and a named group removed while in
+//! use. Each runs on both backends where the backend matters.
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib into
 //! the same `deps` directory). Without a C compiler (`$CC`, else `cc`) the tests say so and
@@ -265,15 +265,19 @@ fn the_poll_bits_clash_with_nothing_in_poll_h() {
     assert!(run(&exe, &[]).contains("no clash"));
 }
 
-fn poll_shape(backend: &str) {
-    let Some(exe) = build("poll_shape") else {
-        return;
-    };
+/// Runs a program of checks (one line each, a FAIL line for a check that failed, and the
+/// count of those at the end) on `backend`; fails unless every check held.
+fn checks_pass(program: &str, backend: &str) {
+    let Some(exe) = build(program) else { return };
     let out = run(&exe, &[backend]);
     assert!(
         out.contains("0 check(s) failed") && !out.contains("FAIL"),
         "{out}"
     );
+}
+
+fn poll_shape(backend: &str) {
+    checks_pass("poll_shape", backend);
 }
 
 #[test]
@@ -333,14 +337,7 @@ fn exec_d_servers_share_a_named_group_and_a_queue_emulated() {
 }
 
 fn poll_errors(backend: &str) {
-    let Some(exe) = build("poll_errors") else {
-        return;
-    };
-    let out = run(&exe, &[backend]);
-    assert!(
-        out.contains("0 check(s) failed") && !out.contains("FAIL"),
-        "{out}"
-    );
+    checks_pass("poll_errors", backend);
 }
 
 /// The same bad input as poll(2) gets the same answer (-1 and errno, POLLNVAL), a signal
@@ -415,6 +412,25 @@ fn the_poll_cost_program_runs_on_both_backends() {
     for backend in ["native", "emulated"] {
         assert!(run(&exe, &["2000", "-1", backend]).contains("ns/call"));
     }
+}
+
+/// One name, one group, from C: herdless_group_remove while a member of another process lives
+/// is refused (HERDLESS_EINUSE, a message naming the member's process and the forced call)
+/// and changes nothing; herdless_group_remove_forced sends the member, at its next wait
+/// (HERDLESS_EREMOVED), to the group the supervisor then makes; herdless_group_origin says
+/// created, opened or re-made.
+fn named_remove(backend: &str) {
+    checks_pass("named_remove", backend);
+}
+
+#[test]
+fn removing_a_named_group_in_use_is_refused_unless_forced_native() {
+    named_remove("native");
+}
+
+#[test]
+fn removing_a_named_group_in_use_is_refused_unless_forced_emulated() {
+    named_remove("emulated");
 }
 
 /// One thread leaves a waiter while another calls herdless_wait(-1) or herdless_poll(-1) on

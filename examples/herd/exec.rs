@@ -127,7 +127,8 @@ impl RunGroup {
 
 impl Drop for RunGroup {
     fn drop(&mut self) {
-        let _ = Group::remove(self.name());
+        // By force: a run that failed half-way may leave workers behind.
+        let _ = Group::remove_forced(self.name());
     }
 }
 

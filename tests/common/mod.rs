@@ -135,6 +135,28 @@ pub struct Turns {
     pub gap: Option<Duration>,
 }
 
+/// The group of one run (`Turns::group`); a named one is removed when the run ends, once its
+/// members have left or died (the removal would refuse, naming them, if one lingered).
+pub struct RunGroup(Group);
+
+impl std::ops::Deref for RunGroup {
+    type Target = Group;
+    fn deref(&self) -> &Group {
+        &self.0
+    }
+}
+
+impl Drop for RunGroup {
+    fn drop(&mut self) {
+        match (self.0.name(), std::thread::panicking()) {
+            (Some(name), false) => Group::remove(name).unwrap(),
+            // A failed run may leave members behind: the name goes all the same.
+            (Some(name), true) => drop(Group::remove_forced(name)),
+            (None, _) => {}
+        }
+    }
+}
+
 /// One member's loop: wait, read one message, consume, tell the producer (`ack`); until EOF.
 /// `before_consumed` runs between the read and `consumed`.
 /// Returns (count, empty reads, kernel wake-ups, ids).
@@ -181,23 +203,22 @@ impl Turns {
     }
 
     /// The group of the run: anonymous, or with `HERDLESS_TEST_NAMED_GROUPS` set a named one
-    /// (`.ci/run` runs the turn and fault tests both ways), its name removed at once: the
-    /// processes that have it open keep it, and nothing is left in /dev/shm.
-    fn group(&self) -> Group {
+    /// (`.ci/run` runs the turn and fault tests both ways), removed when the run ends, so
+    /// nothing is left in /dev/shm.
+    fn group(&self) -> RunGroup {
         let builder = Group::builder()
             .backend(self.backend)
             .rotation(self.rotation)
             .max_members(self.members.max(1));
         if std::env::var_os("HERDLESS_TEST_NAMED_GROUPS").is_none() {
-            return builder.build().unwrap();
+            return RunGroup(builder.build().unwrap());
         }
         static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!("turns.{}.{run}", std::process::id());
         let group = builder.name(&name).build().unwrap();
-        Group::remove(&name).unwrap();
         assert_eq!(group.name(), Some(name.as_str()));
-        group
+        RunGroup(group)
     }
 
     /// Members are threads, joined and registered in order by the test thread.

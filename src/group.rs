@@ -27,7 +27,7 @@ use crate::waiter::Waiter;
 /// let group = Group::builder()
 ///     .backend(Backend::Auto) // Native on Linux, Emulated elsewhere
 ///     .rotate_every(1)        // strict turns at any cost; 0: the kernel's first-come order
-///     .max_members(500)       // the workers that will join (default 64, at most 4096)
+///     .max_members(500)       // the workers that will join (default 64, at most 16 384)
 ///     .build()?;
 /// assert_eq!((group.rotate_every(), group.max_members()), (1, 500));
 /// assert_eq!(group.rotation(), Rotation::Every(1));

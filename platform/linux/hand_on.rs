@@ -20,9 +20,8 @@
 //! runs of 10). The `poll` is paid only on `consumed` while another member is inside its wait (else
 //! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
 //! (a member that comes back at once takes a backlog itself), on leave, and by the rung
-//! member. A member that dies (or exits without leaving) is found by the others' sweep
-//! (`SWEEP`, in a group that spans processes, as the emulation sweeps), and its reap rings the
-//! idle member after it.
+//! member. A member that dies (or exits without leaving) is found by the member watching its
+//! process (`crate::ring`, `deaths.rs`), and its reap rings the next idle member.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

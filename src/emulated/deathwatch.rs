@@ -9,9 +9,10 @@
 //! becomes readable the moment the process ends, after the kernel has dropped its record locks,
 //! so the member wakes, finds it dead through its liveness byte (`crate::liveness`) and clears
 //! it out at once. Elsewhere, and on kernels without pidfds, the periodic check stays
-//! (`protocol::LIVENESS_CHECK`); with a pidfd in place it stays too, at the slow sweep's period, as
-//! the fallback. On macOS and the BSDs kqueue's `EVFILT_PROC` with `NOTE_EXIT` could do the same
-//! (a later step; `polling` exposes it as `os::kqueue::Process`).
+//! (`protocol::LIVENESS_CHECK`). A member also watches its neighbour in the group this way
+//! (`crate::ring`), so that a death nobody depends on is cleared out too. On macOS and the BSDs
+//! kqueue's `EVFILT_PROC` with `NOTE_EXIT` could do the same (a later step; `polling` exposes it
+//! as `os::kqueue::Process`).
 //!
 //! The pidfds are kept in a small cache by pid: with strict turns a member depends on its
 //! neighbours in line, the same few processes, so opening one is rare on the hot path.

@@ -167,10 +167,9 @@ impl Protocol<'_> {
     /// ring's change. (Clearing first would be wrong: a drain could take the byte of a mark set
     /// after its clear, and leave the mark with nothing behind it.) A clear alone is always
     /// safe (the next ring writes), so the member also clears the mark before every kernel
-    /// wait: a ringer that dies between marking and writing, leaving a mark with no byte,
-    /// silences the bell at most until the member's next wake-up (at most `LIVENESS_SWEEP` in
-    /// a group that spans processes, the only kind where a ringer can die alone), on top of
-    /// the ring it took with it.
+    /// wait; and a ringer that dies between marking and writing, leaving a mark with no byte,
+    /// is reaped by a member that then rings every marked bell again
+    /// (`crate::doorbell::ring_marked`).
     pub(crate) fn wake(&self, m: u32) {
         let slot = self.shared.member(m);
         // (Not on Windows, where the bell is the poller's notify, which the member's kernel

@@ -108,6 +108,7 @@ mod shared;
 mod source;
 mod stats;
 mod sync;
+mod sys;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 mod turn;

@@ -14,6 +14,8 @@
 cfg_if::cfg_if! {
     if #[cfg(any(target_os = "linux", target_os = "android"))] {
         mod linux;
+        // (Unused on polling's poll(2) backend: `linux`'s note.)
+        #[cfg_attr(polling_test_poll_backend, allow(unused_imports))]
         pub(crate) use linux::epoll;
     }
 }

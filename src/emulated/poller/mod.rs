@@ -14,13 +14,15 @@
 //! timer and a notifier the emulation never needs; a poller of herdless's own waits with one
 //! system call and keeps no key for itself.
 //!
-//! Elsewhere `polling` is used through its documented API only: level-triggered entries, the
-//! key `usize::MAX` left to it, `wait` appending to a cleared buffer, possibly in batches or
-//! with nothing, and retrying by itself after a signal. Where herdless reads an error's number
-//! (`crate::registry`: to name a refusal, and to decide whether a kernel entry may outlive its
-//! descriptor), a plain error kind instead of a number gives the general error and a rebuild
-//! less, never a wrong answer: kqueue drops an entry when its descriptor is closed, and
-//! polling's poll(2) backend keeps entries by number, so neither leaves an entry behind.
+//! Elsewhere `polling` is used through its documented API only, so any 3.x release from 3.11
+//! serves: level-triggered entries, the key `usize::MAX` left to it (every key the emulation
+//! uses, its door bell's included, is below), `wait` appending to a cleared buffer, in batches or
+//! with nothing. Two details are not promised by polling, and the emulation is right either
+//! way: after a signal, `wait` retrying (as 3.11 does) or returning `Interrupted` (which ends
+//! the member's `wait` early, as on Linux); and an error carrying the kernel's number, which
+//! `crate::registry` reads to name a refusal (else the general error) and to tell an entry
+//! that may outlive its descriptor (else no rebuild, which neither kqueue, whose entries go with
+//! their descriptors, nor the poll(2) backend, which deletes by number, ever needs).
 //!
 //! Windows: polling 3.11.0 (the latest release, and its main branch, when this was checked)
 //! deadlocks when an AFD poll completes with `LOCAL_CLOSE` (a registered socket closed without

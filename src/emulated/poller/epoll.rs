@@ -11,9 +11,10 @@
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
+use super::AsRawSource;
 use crate::sys::epoll::{self, Epoll, Flags};
 
 /// What an entry reports as readable, and asks for when readable is wanted.
@@ -72,23 +73,6 @@ impl Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PollMode {
     Level,
-}
-
-/// A descriptor to add: a raw number (its caller vouches that it is open) or a borrowed one.
-pub(crate) trait AsRawSource {
-    fn raw(self) -> RawFd;
-}
-
-impl AsRawSource for RawFd {
-    fn raw(self) -> RawFd {
-        self
-    }
-}
-
-impl<T: AsFd> AsRawSource for &T {
-    fn raw(self) -> RawFd {
-        self.as_fd().as_raw_fd()
-    }
 }
 
 /// One member's poller: one epoll instance.

@@ -7,12 +7,12 @@
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::windows::io::{AsRawSocket, AsSocket, RawSocket};
+use std::os::windows::io::AsSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::iocp;
+use super::{iocp, AsRawSource};
 
 /// The key the backend's own notification carries (never a registration's).
 const NOTIFY_KEY: usize = usize::MAX;
@@ -57,23 +57,6 @@ pub(crate) enum PollMode {
     Level,
     Edge,
     EdgeOneshot,
-}
-
-/// A socket to add: a raw number (its caller vouches for it) or a borrowed socket.
-pub(crate) trait AsRawSource {
-    fn raw(self) -> RawSocket;
-}
-
-impl AsRawSource for RawSocket {
-    fn raw(self) -> RawSocket {
-        self
-    }
-}
-
-impl<T: AsSocket> AsRawSource for &T {
-    fn raw(self) -> RawSocket {
-        self.as_socket().as_raw_socket()
-    }
 }
 
 /// One member's IOCP poller: one thread waits in it at a time.

@@ -43,7 +43,7 @@ extern "C" {
 #define HERDLESS_BACKEND_NATIVE 1
 
 /**
- * Userspace token passing (Leader/Followers) over the `polling` crate; every OS.
+ * Userspace token passing (Leader/Followers) over a poller per member; every OS.
  */
 #define HERDLESS_BACKEND_EMULATED 2
 

@@ -15,8 +15,8 @@
 //! rings by address. On Linux the addresses are abstract (nothing in the file
 //! system, gone with the socket); elsewhere they are socket files in the temporary directory.
 //! The generation in the address keeps a ring meant for a slot's earlier occupant from waking
-//! the next one. On other systems (Windows: threads only) a bell is the member's
-//! `polling::Poller::notify`; under the model checker (`--cfg loom`), a flag.
+//! the next one. On other systems (Windows: threads only) a bell is the `notify` of the member's
+//! poller (`crate::emulated::poller`); under the model checker (`--cfg loom`), a flag.
 
 #[cfg(all(unix, not(loom)))]
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};

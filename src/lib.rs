@@ -19,9 +19,9 @@
 //! | OS | `Backend::Auto` | mechanism |
 //! |----|-----------------|-----------|
 //! | Linux | `Native` | one epoll per waiter, `EPOLLEXCLUSIVE`, rotation by delete + re-add (nginx 1.21.6) |
-//! | Linux, on request | `Emulated` | token passing (Leader/Followers) over `polling` (epoll) |
+//! | Linux, on request | `Emulated` | token passing (Leader/Followers) over herdless's own epoll poller |
 //! | macOS, FreeBSD, other BSDs | `Emulated` | token passing over `polling` (kqueue) |
-//! | Windows | `Emulated` | token passing over polling's IOCP backend (a fixed copy in herdless), sockets, threads only |
+//! | Windows | `Emulated` | token passing over polling's IOCP backend (herdless's copy, with a fix), sockets, threads only |
 //!
 //! # Using it
 //!
@@ -109,6 +109,7 @@ mod shared;
 mod source;
 mod stats;
 mod sync;
+mod sys;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 mod turn;

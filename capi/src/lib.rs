@@ -72,7 +72,7 @@ pub struct herdless_waiter {
 pub const HERDLESS_BACKEND_AUTO: c_int = 0;
 /// The kernel's exclusive wake-ups (Linux EPOLLEXCLUSIVE), rotated by delete and re-add.
 pub const HERDLESS_BACKEND_NATIVE: c_int = 1;
-/// Userspace token passing (Leader/Followers) over the `polling` crate; every OS.
+/// Userspace token passing (Leader/Followers) over a poller per member; every OS.
 pub const HERDLESS_BACKEND_EMULATED: c_int = 2;
 
 /// The options of a new group. Fill it with herdless_options_init, then change what you need.

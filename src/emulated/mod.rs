@@ -1,6 +1,6 @@
-//! The emulated backend: exclusive, fair wake-ups in user space, on top of `polling`.
+//! The emulated backend: exclusive, fair wake-ups in user space, on top of a poller per member.
 //!
-//! Each member has its own `polling::Poller` (a Poller lets one thread wait at a time) and a door
+//! Each member has its own poller (`poller`: epoll on Linux, `polling` elsewhere) and a door
 //! bell (`doorbell`). Its own descriptors stay in its poller, level-triggered. Its exclusive
 //! descriptors are in its poller only while it holds their token and their last event has been
 //! consumed (`protocol` has the rules); a `match_poller` before every kernel wait makes the
@@ -35,9 +35,8 @@
 //! out, in turn, each exclusive one claimed; `protocol` is the token protocol, and
 //! `Protocol` its view of a group, which the handles build and pass in (this backend does not
 //! import them); `identity` says which open file a descriptor is; `kernel_wait` is the kernel
-//! wait itself (on Linux one `epoll_wait`, without `polling`'s per-call timer and notifier
-//! re-arming); `doorbell` and `deathwatch` wake a member; `other_unix` and `windows` hold what
-//! differs per system.
+//! wait itself and `poller` the poller it waits in, per system; `doorbell` and `deathwatch`
+//! wake a member; `other_unix` and `windows` hold what differs per system.
 
 mod deathwatch;
 // The door bells live beside the backends (`crate::doorbell`): the native backend rings them too.

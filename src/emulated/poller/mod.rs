@@ -1,203 +1,115 @@
-//! The poller a member waits in: `polling`'s everywhere but on Windows, where it is herdless's
-//! own copy of `polling`'s IOCP backend (`iocp`), with the fix of its deadlock on a socket closed
-//! while registered.
+//! The poller a member waits in, one per member, picked here per system. Every poller offers
+//! the same small surface, under `polling`'s names: `Poller::{new, add_with_mode, delete,
+//! wait}` (and `notify` on Windows, where it is the member's door bell), `Event::{new,
+//! set_priority, is_priority}` with its `key`, `readable` and `writable`, `PollMode::Level`, and
+//! `Events::{new, with_capacity, capacity, clear, is_empty, iter}`.
 //!
-//! Why a copy: polling 3.11's IOCP backend deadlocks when an AFD poll completes with
-//! `LOCAL_CLOSE` (a registered socket was closed without `delete`): `feed_event` calls
-//! `begin_delete()` while holding the socket's state lock, which `begin_delete()` takes again, so
-//! the waiting thread blocks on its own lock for ever. A member sleeping in its kernel wait cannot
-//! be kept out of that branch by any check of herdless's (another thread may close the socket at
-//! any moment while it sleeps), and a `[patch]` of polling reaches only herdless's own builds, not
-//! the crates that depend on it. So on Windows herdless compiles the fixed code itself:
-//! `iocp/{mod,afd,port}.rs` are polling 3.11.0's `src/iocp/` (MIT OR Apache-2.0, see their
-//! headers), changed only as `iocp/mod.rs`'s header lists; this file holds the few lines of
-//! polling's `lib.rs` they need (the event, the poll mode, the event buffer and the waiting
-//! wrapper), cut down to what the emulation calls. The upstream-ready fix is in
-//! `patches/polling-iocp-local-close-deadlock.patch` (`patches/polling/HERDLESS-PATCH.md`); once a
-//! polling release has it, this module can go back to re-exporting `polling`'s types.
+//! | system | poller | module |
+//! |--------|--------|--------|
+//! | Linux | herdless's own, on one epoll instance: one `epoll_wait` per wait, `EINTR` handed back | `epoll` over `crate::sys::epoll` |
+//! | macOS, the BSDs; Linux with `--cfg polling_test_poll_backend` | the `polling` crate (kqueue; poll(2)) | `polling` itself |
+//! | Windows | polling 3.11.0's IOCP backend, carried by herdless with the fix of its deadlock on a socket closed while registered | `windows` over `iocp` |
+//!
+//! Linux: the wait is the emulation's hot path, and `polling::Poller::wait` arms and re-arms a
+//! timer and a notifier the emulation never needs; a poller of herdless's own waits with one
+//! system call and keeps no key for itself.
+//!
+//! Elsewhere `polling` is used through its documented API only, so any 3.x release from 3.11
+//! serves: level-triggered entries, the key `usize::MAX` left to it (every key the emulation
+//! uses, its door bell's included, is below), `wait` appending to a cleared buffer, in batches or
+//! with nothing. Two details are not promised by polling, and the emulation is right either
+//! way: after a signal, `wait` retrying (as 3.11 does) or returning `Interrupted` (which ends
+//! the member's `wait` early, as on Linux); and an error carrying the kernel's number, which
+//! `crate::registry` reads to name a refusal (else the general error) and to tell an entry
+//! that may outlive its descriptor (else no rebuild, which neither kqueue, whose entries go with
+//! their descriptors, nor the poll(2) backend, which deletes by number, ever needs).
+//!
+//! Windows: polling 3.11.0 (the latest release, and its main branch, when this was checked)
+//! deadlocks when an AFD poll completes with `LOCAL_CLOSE` (a registered socket closed without
+//! `delete`): `feed_event` calls `begin_delete()` while it holds the socket's state lock,
+//! which `begin_delete()` takes again, so the waiting thread blocks on its own lock for ever.
+//! No check of herdless's can keep a sleeping member out of that branch (any thread may close
+//! the socket while it sleeps), and a `[patch]` of polling would reach herdless's own builds
+//! only, not the crates that depend on it. So on Windows herdless compiles the fixed code
+//! itself: `iocp/{mod,afd,port}.rs` are polling 3.11.0's `src/iocp/` (MIT OR Apache-2.0, see
+//! their headers), changed only as `iocp/mod.rs`'s header lists. The fix for upstream, with its
+//! test, is `patches/polling-iocp-local-close-deadlock.patch` (`patches/README.md`); once a
+//! polling release has it, Windows can take `polling` as the BSDs do and `iocp` can go.
 
-#[cfg(not(windows))]
-#[allow(unused_imports)] // `Events` is the kernel wait's only where it is polling's
-pub(crate) use polling::{Event, Events, PollMode, Poller};
+cfg_if::cfg_if! {
+    if #[cfg(all(any(target_os = "linux", target_os = "android"), not(polling_test_poll_backend)))] {
+        mod epoll;
+        mod raw_source;
+        pub(crate) use epoll::{Event, Events, PollMode, Poller};
+        use raw_source::AsRawSource;
+    } else if #[cfg(windows)] {
+        mod iocp;
+        mod raw_source;
+        mod windows;
+        pub(crate) use windows::{Event, Events, PollMode, Poller};
+        use raw_source::AsRawSource;
+    } else {
+        pub(crate) use polling::{Event, Events, PollMode, Poller};
+    }
+}
 
-#[cfg(windows)]
-mod iocp;
+#[cfg(test)]
+mod tests {
+    //! A socket closed while registered, without `delete`: the next `wait` must still return.
+    //! (polling 3.11.0's IOCP backend deadlocked there; this poller carries the fix. The same
+    //! test, written against `polling`, is in `patches/`.)
 
-#[cfg(windows)]
-pub(crate) use windows_poller::{Event, Events, PollMode, Poller};
+    use std::net::{TcpListener, UdpSocket};
+    use std::sync::mpsc;
+    use std::time::Duration;
 
-/// polling's public types over the copied IOCP backend (from polling 3.11.0's `src/lib.rs`,
-/// MIT OR Apache-2.0): only what the emulation uses.
-#[cfg(windows)]
-mod windows_poller {
-    use std::io;
-    use std::num::NonZeroUsize;
-    use std::os::windows::io::{AsSocket, RawSocket};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Mutex;
-    use std::time::{Duration, Instant};
+    #[cfg(unix)]
+    use std::os::fd::OwnedFd as OwnedSocket;
+    #[cfg(windows)]
+    use std::os::windows::io::OwnedSocket;
 
-    use super::iocp;
+    use super::{Event, Events, PollMode, Poller};
 
-    /// The key the backend's own notification carries (never a registration's).
-    const NOTIFY_KEY: usize = usize::MAX;
-
-    /// A socket's readiness, or the interest registered for it.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(crate) struct Event {
-        pub(crate) key: usize,
-        pub(crate) readable: bool,
-        pub(crate) writable: bool,
-        pub(super) extra: iocp::EventExtra,
+    /// A look that returns at once: the poller starts watching what was added (on Windows,
+    /// the AFD poll of a socket is submitted only now).
+    fn arm(poller: &Poller) {
+        let mut events = Events::new();
+        poller.wait(&mut events, Some(Duration::ZERO)).unwrap();
     }
 
-    impl Event {
-        pub(crate) const fn new(key: usize, readable: bool, writable: bool) -> Event {
-            Event {
-                key,
-                readable,
-                writable,
-                extra: iocp::EventExtra::empty(),
-            }
-        }
-
-        pub(crate) const fn none(key: usize) -> Event {
-            Event::new(key, false, false)
-        }
-
-        pub(crate) fn set_priority(&mut self, active: bool) {
-            self.extra.set_pri(active);
-        }
-
-        pub(crate) fn is_priority(&self) -> bool {
-            self.extra.is_pri()
-        }
+    /// One `wait` with a short timeout in another thread: fails if it does not come back.
+    fn wait_returns(poller: Poller) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut events = Events::new();
+            let result = poller.wait(&mut events, Some(Duration::from_millis(100)));
+            tx.send(result.map(|_| events.iter().count())).unwrap();
+        });
+        let result = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("wait did not return after a registered socket was closed");
+        result.expect("wait failed");
     }
 
-    /// How a registration reports (the emulation uses `Level` only).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    #[allow(dead_code)] // the backend's code handles every mode polling has
-    pub(crate) enum PollMode {
-        Oneshot,
-        Level,
-        Edge,
-        EdgeOneshot,
+    /// Registers `socket`, lets the poller watch it, closes it without `delete`: the next
+    /// `wait` must come back.
+    fn closed_while_registered(socket: OwnedSocket) {
+        let poller = Poller::new().unwrap();
+        // SAFETY: the socket is open during the call; it is closed without `delete` on purpose.
+        unsafe { poller.add_with_mode(&socket, Event::new(1, true, false), PollMode::Level) }
+            .unwrap();
+        arm(&poller);
+        drop(socket);
+        wait_returns(poller);
     }
 
-    /// One member's IOCP poller: one thread waits in it at a time.
-    #[derive(Debug)]
-    pub(crate) struct Poller {
-        poller: iocp::Poller,
-        lock: Mutex<()>,
-        notified: AtomicBool,
+    #[test]
+    fn a_closed_udp_socket_does_not_block_the_wait() {
+        closed_while_registered(UdpSocket::bind("127.0.0.1:0").unwrap().into());
     }
 
-    impl Poller {
-        pub(crate) fn new() -> io::Result<Poller> {
-            Ok(Poller {
-                poller: iocp::Poller::new()?,
-                lock: Mutex::new(()),
-                notified: AtomicBool::new(false),
-            })
-        }
-
-        /// Adds a socket.
-        ///
-        /// # Safety
-        ///
-        /// The socket must stay open until it is deleted (closing it first is survived: the
-        /// backend forgets it, see `iocp::PacketUnwrapped::feed_event`).
-        pub(crate) unsafe fn add_with_mode(
-            &self,
-            socket: RawSocket,
-            interest: Event,
-            mode: PollMode,
-        ) -> io::Result<()> {
-            if interest.key == NOTIFY_KEY {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "the key is not allowed to be `usize::MAX`",
-                ));
-            }
-            // SAFETY: the caller's promise, passed on.
-            unsafe { self.poller.add(socket, interest, mode) }
-        }
-
-        pub(crate) fn delete(&self, socket: impl AsSocket) -> io::Result<()> {
-            self.poller.delete(socket.as_socket())
-        }
-
-        /// Waits up to `timeout` (`None`: until an event or a notification); another thread
-        /// already waiting makes it return at once with nothing, as in `polling`.
-        pub(crate) fn wait(
-            &self,
-            events: &mut Events,
-            timeout: Option<Duration>,
-        ) -> io::Result<usize> {
-            let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-            let Ok(_lock) = self.lock.try_lock() else {
-                return Ok(0);
-            };
-            loop {
-                if let Err(e) = self.poller.wait_deadline(&mut events.events, deadline) {
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        events.clear();
-                        continue;
-                    }
-                    return Err(e);
-                }
-                self.notified.swap(false, Ordering::SeqCst);
-                return Ok(events.len());
-            }
-        }
-
-        /// Wakes the thread waiting in this poller (or the next one to wait).
-        pub(crate) fn notify(&self) -> io::Result<()> {
-            if self
-                .notified
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
-                self.poller.notify()?;
-            }
-            Ok(())
-        }
-    }
-
-    /// The events one wait found.
-    pub(crate) struct Events {
-        events: iocp::Events,
-    }
-
-    impl Events {
-        pub(crate) fn new() -> Events {
-            Events::with_capacity(NonZeroUsize::new(1024).expect("not zero"))
-        }
-
-        pub(crate) fn with_capacity(capacity: NonZeroUsize) -> Events {
-            Events {
-                events: iocp::Events::with_capacity(capacity.get()),
-            }
-        }
-
-        pub(crate) fn iter(&self) -> impl Iterator<Item = Event> + '_ {
-            self.events.iter().filter(|ev| ev.key != NOTIFY_KEY)
-        }
-
-        pub(crate) fn clear(&mut self) {
-            self.events.clear();
-        }
-
-        pub(crate) fn len(&self) -> usize {
-            self.iter().count()
-        }
-
-        pub(crate) fn is_empty(&self) -> bool {
-            self.len() == 0
-        }
-
-        pub(crate) fn capacity(&self) -> NonZeroUsize {
-            NonZeroUsize::new(self.events.capacity()).expect("made with a capacity of one or more")
-        }
+    #[test]
+    fn a_closed_tcp_listener_does_not_block_the_wait() {
+        closed_while_registered(TcpListener::bind("127.0.0.1:0").unwrap().into());
     }
 }

@@ -376,7 +376,9 @@ impl Protocol<'_> {
         let src = self.source(s);
         // The claim's time is stored before the claim itself: a member that sees the new
         // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
-        // claim that loses only makes the current hold look younger.
+        // claim that loses only makes the current hold look younger: the word keeps the
+        // latest time noted, so a loser that read the clock before the winner and stores after
+        // it leaves the winner's time (model `a_losing_claim_leaves_the_claim_time_alone`).
         src.note_claim_time(monotonic_ns());
         src.claim(me.slot)
     }

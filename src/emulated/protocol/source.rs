@@ -387,9 +387,11 @@ impl<'a> Source<'a> {
     pub(crate) fn claimed_at(&self) -> u64 {
         self.claimed_at.load(SeqCst)
     }
-    /// Stores the time of a claim about to be made; returns the previous one.
-    pub(crate) fn note_claim_time(&self, now: u64) -> u64 {
-        self.claimed_at.swap(now, SeqCst)
+    /// Notes the time of a claim about to be made, read from the clock just before: the word
+    /// keeps the latest time noted, so a claimer that read the clock before another and
+    /// stores after it (it lost, or stalled in between) never makes that claim look older.
+    pub(crate) fn note_claim_time(&self, now: u64) {
+        self.claimed_at.fetch_max(now, SeqCst);
     }
     /// The holds' moving average (ns).
     pub(crate) fn hold_ns(&self) -> u64 {

@@ -344,3 +344,47 @@ fn the_hand_off_under_a_backlog() {
         settled(&w, &asleep);
     });
 }
+
+/// A claim that loses never makes the winning hold look old. Member 0 saw source 0 ready
+/// before it lost the token (a stale view) and claims, its clock read before a stall of
+/// `HOLD_BOUND` (the model's clock moves on meanwhile); member 1, the leader, claims too, goes
+/// busy and passes the token to member 2, which then looks for an overdue hold. Whatever the
+/// interleaving, a hold is ended as overdue only if its own claim is `HOLD_BOUND` old: member
+/// 1's fresh hold stands (member 0's, if it won, was claimed with the old reading, as a member
+/// starved of CPU between its look at the clock and its claim is).
+///
+/// (With the claim's time stored by a plain swap this model failed: "member 1's fresh hold
+/// was ended as overdue": the losing claim stored its old reading after the winner's.)
+#[test]
+fn a_losing_claim_leaves_the_claim_time_alone() {
+    bounded(|| {
+        let w = World::with_sources(3, 1);
+        let (stale, leader, next) = (0, 1, 2);
+        for m in 0..3 {
+            w.set_state(m, state::IDLE);
+        }
+        w.lead(0, leader);
+        w.source(0).set_line_head(next);
+        let leading = {
+            let w = w.clone();
+            thread::spawn(move || {
+                crate::sync::advance(HOLD_BOUND);
+                let won = w.token().claim(0, w.who(leader));
+                if won.is_some() {
+                    w.set_state(leader, state::BUSY);
+                    w.token().pass(0, w.who(leader), false);
+                }
+                won
+            })
+        };
+        let lost = w.token().claim(0, w.who(stale));
+        let won = leading.join().unwrap();
+        let expired = w.token().expire_if_overdue(0, w.who(next), &Now::new());
+        if let Some(hold) = won {
+            assert!(!expired, "member 1's fresh hold was ended as overdue");
+            assert_eq!(w.source(0).hold(), hold);
+        } else {
+            assert!(lost.is_some(), "nobody claimed");
+        }
+    });
+}

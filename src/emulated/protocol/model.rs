@@ -17,6 +17,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 mod hand_off;
+mod table;
 
 /// A group of `members` members registered on source 0 (all busy, nobody leading).
 struct World {

@@ -297,3 +297,11 @@ impl Protocol<'_> {
         );
     }
 }
+
+/// Test scenes: the table's lock held by `who`, as a member that died mid-registration leaves it.
+#[cfg(all(test, loom))]
+impl SourceTable<'_> {
+    pub(crate) fn force_lock(&self, who: Occupant) {
+        self.head.lock.store(who.word(), SeqCst);
+    }
+}

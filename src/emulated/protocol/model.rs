@@ -137,7 +137,7 @@ fn two_sources_passed_while_two_members_go_idle() {
             .collect();
         let took: Vec<[bool; 2]> = idle.into_iter().map(|h| h.join().unwrap()).collect();
         busy.join().unwrap();
-        for s in 0..2 {
+        for s in [0, 1] {
             let leader = w.source(s).leader().slot;
             assert!(leader == 1 || leader == 2, "source {s} led by {leader}");
             let knows = took[leader as usize - 1][s] || w.bells.is_rung(leader);

@@ -164,7 +164,10 @@ fn settled(w: &World, asleep: &[(u32, Seen)]) {
         let leader = src.leader();
         if leader.is_none() {
             let could = (0..w.shared.high()).find(|&m| src.has_member(m) && idle(m));
-            assert_eq!(could, None, "source {s}: nobody leads it, member {could:?} is idle");
+            assert_eq!(
+                could, None,
+                "source {s}: nobody leads it, member {could:?} is idle"
+            );
         } else {
             assert!(
                 idle(leader.slot),
@@ -196,10 +199,9 @@ fn settled(w: &World, asleep: &[(u32, Seen)]) {
 /// only at source 0, sees no change. Whatever the interleaving, the settled state holds: member
 /// 2 leads source 1 and watches it or is rung, member 1 knows it leads source 0.
 ///
-/// (The spin that went straight to sleep after a vain spin failed this model: "member 2
-/// sleeps, its bell silent, seeing itself Follows on source 1: it is Watches(0)". A token that
-/// reached a member spinning for another source stayed unwatched until the member's next
-/// timer.)
+/// (A wait that sleeps right after a vain spin fails this model: "member 2 sleeps, its bell
+/// silent, seeing itself Follows on source 1: it is Watches(0)": the token that reached a
+/// member spinning for another source stays unwatched until the member's next timer.)
 #[test]
 fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
     bounded(|| {
@@ -239,9 +241,9 @@ fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
 /// another member holds (it times that hold, `hold_left`, and ends it when overdue), or its
 /// bell has rung, because `pass` rings every new leader; member 2 is rung for source 1.
 ///
-/// (A `pass` that rang the new leader only for a free source failed this model: "member 1
-/// sleeps, its bell silent, seeing itself Follows on source 0: it is Waits"; a stalled holder
-/// was then timed by nobody.)
+/// (A `pass` that rings the new leader only for a free source fails this model: "member 1
+/// sleeps, its bell silent, seeing itself Follows on source 0: it is Waits": a stalled holder
+/// is then timed by nobody.)
 #[test]
 fn a_leader_rung_at_the_pass_during_a_hold() {
     bounded(|| {
@@ -340,7 +342,10 @@ fn the_hand_off_under_a_backlog() {
             .into_iter()
             .filter_map(|(m, saw)| saw.map(|saw| (m, saw)))
             .collect();
-        assert!(asleep.len() >= 1, "both members were handed the one message");
+        assert!(
+            !asleep.is_empty(),
+            "both members were handed the one message"
+        );
         settled(&w, &asleep);
     });
 }
@@ -353,8 +358,8 @@ fn the_hand_off_under_a_backlog() {
 /// 1's fresh hold stands (member 0's, if it won, was claimed with the old reading, as a member
 /// starved of CPU between its look at the clock and its claim is).
 ///
-/// (With the claim's time stored by a plain swap this model failed: "member 1's fresh hold
-/// was ended as overdue": the losing claim stored its old reading after the winner's.)
+/// (A claim time stored by a plain swap fails this model: "member 1's fresh hold was ended as
+/// overdue": the losing claim stores its old reading after the winner's.)
 #[test]
 fn a_losing_claim_leaves_the_claim_time_alone() {
     bounded(|| {

@@ -36,9 +36,6 @@ struct Pass {
     deadline_first: bool,
     /// How long the kernel wait may sleep.
     timeout: Option<Duration>,
-    /// May it spin for its turn before it sleeps? Not right after a spin that saw no change
-    /// (see `Protocol::spin_for_turn`).
-    spin: bool,
 }
 
 /// How a pass's sleep ended.
@@ -252,12 +249,9 @@ impl EmulatedWaiter {
             if !std::mem::take(&mut first) && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);
             }
-            let pass = Pass {
-                spin,
-                ..self.plan(tk, deadline)?
-            };
-            spin = true;
-            match self.sleep(tk, events, &pass, limit)? {
+            let pass = self.plan(tk, deadline)?;
+            // No spin right after a spin that saw no change (see `Protocol::spin_for_turn`).
+            match self.sleep(tk, events, &pass, limit, std::mem::replace(&mut spin, true))? {
                 Slept::Done(n) => return Ok(n),
                 Slept::Again => continue,
                 Slept::SpunInVain => {
@@ -329,7 +323,6 @@ impl EmulatedWaiter {
                 true => Some(Duration::ZERO),
                 false => [left, timers].into_iter().flatten().min(),
             },
-            spin: true,
         })
     }
 
@@ -388,18 +381,20 @@ impl EmulatedWaiter {
         }
     }
 
-    /// A pass's second step, the sleep: a spin for a release (under a backlog), or the ready
-    /// descriptors an earlier kernel wait left (served without a kernel wait, so a wait costs
-    /// in proportion to what it returns), or the kernel wait itself, until the pass's timeout.
+    /// A pass's second step, the sleep: a spin for a release (under a backlog, if `spin`), or
+    /// the ready descriptors an earlier kernel wait left (served without a kernel wait, so a
+    /// wait costs in proportion to what it returns), or the kernel wait itself, until the
+    /// pass's timeout.
     fn sleep(
         &mut self,
         tk: &Protocol<'_>,
         events: &mut Events,
         pass: &Pass,
         limit: usize,
+        spin: bool,
     ) -> Result<Slept> {
         let slot = tk.shared.member(self.me.slot);
-        let spun = match pass.spin {
+        let spun = match spin {
             true => self.spin_for_release(tk, pass.deadline),
             false => Spin::Not,
         };

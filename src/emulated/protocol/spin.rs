@@ -99,27 +99,45 @@ impl Protocol<'_> {
     /// starts, and it ends when one of those is no longer waited on. A role on another source
     /// never counts, so a member that leads one source and is the deputy of another cannot
     /// feed its own loop.
+    #[inline]
     pub(crate) fn spin_for_turn(
         &self,
         me: Occupant,
         sources: &[usize],
         time_left: impl FnOnce() -> Option<Duration>,
     ) -> Spin {
-        let slot = self.shared.member(me.slot);
-        // Bit i: `me` waits for its turn on `sources[i]`.
-        let waiting = || {
-            sources
-                .iter()
-                .take(64)
-                .enumerate()
-                .filter(|&(_, &s)| self.spin_pays_for(s, me))
-                .fold(0u64, |mask, (i, _)| mask | 1 << i)
-        };
-        let at_start = waiting();
+        // Every wait asks; most have nothing to spin for.
+        let at_start = self.waiting_on(me, sources);
         if at_start == 0 {
             return Spin::Not;
         }
-        let changed = || slot.is_notified(me.generation) || waiting() & at_start != at_start;
+        self.spin(me, sources, at_start, time_left())
+    }
+
+    /// Bit i: `me` waits for its turn on `sources[i]`, and spinning for it pays.
+    #[inline]
+    fn waiting_on(&self, me: Occupant, sources: &[usize]) -> u64 {
+        let mut mask = 0;
+        for (i, &s) in sources.iter().take(64).enumerate() {
+            if self.spin_pays_for(s, me) {
+                mask |= 1 << i;
+            }
+        }
+        mask
+    }
+
+    /// The spin of `spin_for_turn`, for the sources of mask `at_start`.
+    fn spin(
+        &self,
+        me: Occupant,
+        sources: &[usize],
+        at_start: u64,
+        time_left: Option<Duration>,
+    ) -> Spin {
+        let slot = self.shared.member(me.slot);
+        let changed = || {
+            slot.is_notified(me.generation) || self.waiting_on(me, sources) & at_start != at_start
+        };
         slot.spinning.store(1, SeqCst);
         // A leader waits for a release it would otherwise be rung for; a deputy only for a turn
         // that may come (`spin_pays_for`).
@@ -128,7 +146,7 @@ impl Protocol<'_> {
             true => LEADER_SPIN,
             false => SPIN_FOR_RELEASE,
         };
-        let budget = time_left().map_or(budget, |left| left.min(budget));
+        let budget = time_left.map_or(budget, |left| left.min(budget));
         let until = monotonic_ns().saturating_add(budget.as_nanos() as u64);
         let mut spun = false;
         while !spun && monotonic_ns() < until {

@@ -19,6 +19,10 @@
 //!   unwatched, and no new leader sleeps unaware of the hold it must time;
 //! - no readiness is handed to two members: a message is read once, by the member whose claim
 //!   was kept, and never found gone by a member that was handed it.
+//!
+//! The models of two threads explore every interleaving (`loom::model`); those of three are
+//! bounded to three preemptions (`bounded`), to stay within seconds on a small machine (the
+//! figures: `docs/lab.md`, "Model-checking what runs").
 
 use super::*;
 use loom::sync::atomic::AtomicBool;
@@ -204,7 +208,7 @@ fn settled(w: &World, asleep: &[(u32, Seen)]) {
 /// member spinning for another source stays unwatched until the member's next timer.)
 #[test]
 fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
-    bounded(|| {
+    loom::model(|| {
         let w = World::with_sources(3, 2);
         let (busy, next, deputy) = (0, 1, 2);
         for m in 0..3 {
@@ -246,7 +250,7 @@ fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
 /// is then timed by nobody.)
 #[test]
 fn a_leader_rung_at_the_pass_during_a_hold() {
-    bounded(|| {
+    loom::model(|| {
         let w = World::with_sources(3, 2);
         let (busy, leader, other) = (0, 1, 2);
         for m in 0..3 {
@@ -362,7 +366,7 @@ fn the_hand_off_under_a_backlog() {
 /// overdue": the losing claim stores its old reading after the winner's.)
 #[test]
 fn a_losing_claim_leaves_the_claim_time_alone() {
-    bounded(|| {
+    loom::model(|| {
         let w = World::with_sources(3, 1);
         let (stale, leader, next) = (0, 1, 2);
         for m in 0..3 {

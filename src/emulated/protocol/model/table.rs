@@ -28,7 +28,7 @@ const FILES: [u64; 3] = [2, 3, 4];
 /// while source 0 is still file A's.)
 #[test]
 fn a_slot_taken_for_another_file_while_its_last_member_is_reaped() {
-    bounded(|| {
+    loom::model(|| {
         crate::sync::start_model_clock();
         let shared = crate::inner::test_state_with(Backend::Emulated, 2, 2);
         let live = Liveness::new(2).unwrap();

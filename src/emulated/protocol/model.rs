@@ -33,6 +33,16 @@ impl World {
     fn new(members: u32) -> Arc<World> {
         World::with_sources(members, 1)
     }
+    /// A group of `capacity` slots and two sources, nobody joined: for the models that join
+    /// members of several processes themselves.
+    fn empty(capacity: usize) -> Arc<World> {
+        crate::sync::start_model_clock();
+        Arc::new(World {
+            shared: crate::inner::test_state_with(Backend::Emulated, capacity, 2),
+            bells: Doorbells::new(0, capacity).unwrap(),
+            live: Liveness::new(capacity).unwrap(),
+        })
+    }
     /// A group of `members` members registered on `sources` sources (0, then 1).
     fn with_sources(members: u32, sources: usize) -> Arc<World> {
         crate::sync::start_model_clock();
@@ -469,14 +479,7 @@ fn a_late_reap_leaves_the_next_occupant_alone() {
     const REAPER_B: u32 = 3;
     const JOINER: u32 = 4;
     bounded(|| {
-        crate::sync::start_model_clock();
-        let shared = crate::inner::test_state_with(Backend::Emulated, 1, 2);
-        let live = Liveness::new(1).unwrap();
-        let w = Arc::new(World {
-            shared,
-            bells: Doorbells::new(0, 1).unwrap(),
-            live,
-        });
+        let w = World::empty(1);
         let members = w
             .token()
             .members()

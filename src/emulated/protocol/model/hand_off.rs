@@ -194,6 +194,36 @@ fn settled(w: &World, asleep: &[(u32, Seen)]) {
     }
 }
 
+/// The scene of a hand-off: three members, all idle, on both sources, as `shape` adds to it;
+/// member 0 leads both and claims source 0's event (the hold).
+fn led_by_the_claimer(shape: impl FnOnce(&World)) -> (Arc<World>, Hold) {
+    let w = World::with_sources(3, 2);
+    for m in 0..3 {
+        w.set_state(m, state::IDLE);
+    }
+    for s in 0..2 {
+        w.lead(s, 0);
+    }
+    shape(&w);
+    let hold = w.token().claim(0, w.who(0)).expect("a free source");
+    (w, hold)
+}
+
+/// Member 0, handed its event, goes busy and passes both tokens on; then, with `hold`, it
+/// consumes (the release), and without, it takes its time (slow, or stopped).
+fn spawn_hand_off(w: &Arc<World>, hold: Option<Hold>) -> thread::JoinHandle<()> {
+    let w = w.clone();
+    thread::spawn(move || {
+        w.set_state(0, state::BUSY);
+        for s in 0..2 {
+            w.token().pass(s, w.who(0), false);
+        }
+        if let Some(hold) = hold {
+            w.token().release(0, hold);
+        }
+    })
+}
+
 /// The token of one source passed to a member while it spins as the deputy of another. Member
 /// 0 leads both sources (source 0 under a backlog with quick holds; source 1 shared with member
 /// 2 alone), claims source 0's event and goes busy: it passes source 0 to member 1 (naming
@@ -209,27 +239,12 @@ fn settled(w: &World, asleep: &[(u32, Seen)]) {
 #[test]
 fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
     loom::model(|| {
-        let w = World::with_sources(3, 2);
         let (busy, next, deputy) = (0, 1, 2);
-        for m in 0..3 {
-            w.set_state(m, state::IDLE);
-        }
-        w.source(1).set_member(next, false);
-        for s in 0..2 {
-            w.lead(s, busy);
-        }
-        w.source(0).force_backlog();
-        let hold = w.token().claim(0, w.who(busy)).expect("a free source");
-        let consumer = {
-            let w = w.clone();
-            thread::spawn(move || {
-                w.set_state(busy, state::BUSY);
-                for s in 0..2 {
-                    w.token().pass(s, w.who(busy), false);
-                }
-                w.token().release(0, hold);
-            })
-        };
+        let (w, hold) = led_by_the_claimer(|w| {
+            w.source(1).set_member(next, false);
+            w.source(0).force_backlog();
+        });
+        let consumer = spawn_hand_off(&w, Some(hold));
         let seen = until_asleep(&w, deputy, &[0, 1], None).expect("no message");
         consumer.join().unwrap();
         settled(&w, &[(next, ASLEEP), (deputy, seen)]);
@@ -251,25 +266,9 @@ fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
 #[test]
 fn a_leader_rung_at_the_pass_during_a_hold() {
     loom::model(|| {
-        let w = World::with_sources(3, 2);
-        let (busy, leader, other) = (0, 1, 2);
-        for m in 0..3 {
-            w.set_state(m, state::IDLE);
-        }
-        for s in 0..2 {
-            w.lead(s, busy);
-        }
-        w.source(1).set_line_head(other);
-        w.token().claim(0, w.who(busy)).expect("a free source");
-        let handed = {
-            let w = w.clone();
-            thread::spawn(move || {
-                w.set_state(busy, state::BUSY);
-                for s in 0..2 {
-                    w.token().pass(s, w.who(busy), false);
-                }
-            })
-        };
+        let (leader, other) = (1, 2);
+        let (w, _) = led_by_the_claimer(|w| w.source(1).set_line_head(other));
+        let handed = spawn_hand_off(&w, None);
         let seen = until_asleep(&w, leader, &[0, 1], None).expect("no message");
         handed.join().unwrap();
         settled(&w, &[(leader, seen), (other, ASLEEP)]);

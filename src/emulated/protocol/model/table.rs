@@ -29,14 +29,7 @@ const FILES: [u64; 3] = [2, 3, 4];
 #[test]
 fn a_slot_taken_for_another_file_while_its_last_member_is_reaped() {
     loom::model(|| {
-        crate::sync::start_model_clock();
-        let shared = crate::inner::test_state_with(Backend::Emulated, 2, 2);
-        let live = Liveness::new(2).unwrap();
-        let w = Arc::new(World {
-            shared,
-            bells: Doorbells::new(0, 2).unwrap(),
-            live,
-        });
+        let w = World::empty(2);
         let tk = w.token();
         let table = tk.members();
         let dead = table

@@ -18,7 +18,7 @@ use super::Fault;
 pub struct Server {
     pub slot: usize,
     pub home: u64,
-    pub queues: [u64; 2],
+    pub queues: Vec<u64>,
     pub pid: u32,
     child: Child,
     pub started: Instant,
@@ -77,7 +77,7 @@ impl<'a> Fleet<'a> {
     }
 
     /// Execs a server for `home`, serving `queues` (number, name).
-    pub fn start(&mut self, home: u64, queues: [(u64, String); 2]) -> Result<(), String> {
+    pub fn start(&mut self, home: u64, queues: Vec<(u64, String)>) -> Result<(), String> {
         let slot = self.next_slot;
         if slot >= self.ledger.slots() {
             return Err(format!(
@@ -87,7 +87,7 @@ impl<'a> Fleet<'a> {
         }
         self.next_slot += 1;
         self.ledger.slot(slot).set_state(State::Starting);
-        let numbers = [queues[0].0, queues[1].0];
+        let numbers = queues.iter().map(|q| q.0).collect();
         let spec = ServerSpec {
             slot,
             group: self.group.clone(),

@@ -43,7 +43,8 @@ const WAITS: usize = 8;
 const SIGNALS: usize = 9;
 const BAD_IDS: usize = 10;
 const ERROR_LEN: usize = 11;
-const ERROR_TEXT: usize = 12;
+const INJECTED: usize = 12;
+const ERROR_TEXT: usize = 13;
 /// The longest error text a slot keeps, in bytes (the rest of the slot).
 const ERROR_BYTES: usize = (SLOT_WORDS - ERROR_TEXT) * 8;
 
@@ -254,6 +255,12 @@ impl Slot<'_> {
     /// Messages whose id is not in the table (must stay 0).
     pub fn bad_ids(&self) -> &AtomicU64 {
         self.word(BAD_IDS)
+    }
+
+    /// The id + 1 of the request this server lost on purpose (`--inject lose`), or 0: such a
+    /// loss is never put down to a killed server.
+    pub fn injected(&self) -> &AtomicU64 {
+        self.word(INJECTED)
     }
 
     /// Keeps `text` (cut to the slot's room) as the error that stopped this server.

@@ -13,6 +13,7 @@
 //! `mq_send` to the server's stamp right after `mq_receive`.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -49,9 +50,19 @@ pub struct Fates {
 }
 
 impl Fates {
-    /// Reads the fate of every request; `corpses[q]`: servers of queue q killed mid-receive.
-    pub fn tally(ledger: &Ledger, corpses: &HashMap<u64, u64>, deadline: Duration) -> Fates {
+    /// Reads the fate of every request; `corpses[q]`: servers of queue q killed mid-receive;
+    /// `servers`: the slots used.
+    pub fn tally(
+        ledger: &Ledger,
+        corpses: &HashMap<u64, u64>,
+        servers: usize,
+        deadline: Duration,
+    ) -> Fates {
         let mut f = Fates::default();
+        // Requests lost on purpose (`--inject lose`): lost, whatever the corpses.
+        let injected: Vec<u64> = (0..servers)
+            .filter_map(|i| ledger.slot(i).injected().load(SeqCst).checked_sub(1))
+            .collect();
         let mut vanished: HashMap<u64, u64> = HashMap::new();
         let mut latencies = Vec::new();
         for id in 0..ledger.ids_taken() as u64 {
@@ -68,6 +79,10 @@ impl Fates {
             match r.reads() {
                 0 if flags & STRANDED != 0 => f.stranded += 1,
                 0 if flags & UNSERVED != 0 => f.unserved += 1,
+                0 if injected.contains(&id) => {
+                    f.vanished += 1;
+                    f.lost += 1;
+                }
                 0 => *vanished.entry(r.queue()).or_default() += 1,
                 n => {
                     f.read += 1;

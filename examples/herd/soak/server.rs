@@ -31,8 +31,8 @@ const ALARM: Duration = Duration::from_millis(1);
 pub struct ServerSpec {
     pub slot: usize,
     pub group: String,
-    /// The two queues it serves: number and name.
-    pub queues: [(u64, String); 2],
+    /// The queues it serves (its home's two, less one already unlinked): number and name.
+    pub queues: Vec<(u64, String)>,
     /// The ledger's inherited descriptor and its shape.
     pub ledger: RawFd,
     pub slots: usize,
@@ -84,14 +84,22 @@ fn serve(spec: &ServerSpec, ledger: &Ledger, slot: &Slot<'_>) -> Result<(), Stri
     let group = Group::open(&spec.group).map_err(|e| format!("open group {}: {e}", spec.group))?;
     let mut waiter = group.join().map_err(|e| format!("join: {e}"))?;
     let mut queues = Vec::new();
-    for (key, (no, name)) in spec.queues.iter().enumerate() {
-        let fd = crate::queue::open_mq_reader(name)
-            .map_err(|e| format!("open queue {no} ({name}): {e}"))?;
+    for (no, name) in &spec.queues {
+        let fd = match crate::queue::open_mq_reader(name) {
+            Ok(fd) => fd,
+            // A draining queue the supervisor unlinked since it exec'd this server (it never
+            // unlinks one that gets traffic): not this server's any more.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("open queue {no} ({name}): {e}")),
+        };
         let shared = Interest::READABLE.exclusive().one_event_round_robin();
         waiter
-            .add(&fd, key, shared)
+            .add(&fd, queues.len(), shared)
             .map_err(|e| format!("add queue {no} ({name}): {e}"))?;
         queues.push((*no, fd));
+    }
+    if queues.is_empty() {
+        return Ok(()); // all retired meanwhile: nothing to serve, it leaves
     }
     slot.set_state(State::Ready);
     let mut alarm = Alarm { on: false };
@@ -121,7 +129,9 @@ fn serve(spec: &ServerSpec, ledger: &Ledger, slot: &Slot<'_>) -> Result<(), Stri
             match received {
                 Ok(Some((id, _deadline))) => {
                     match (ledger.record(id), inject.take()) {
-                        (Some(_), Some(Fault::Lose)) => {} // the injected loss: not counted
+                        (Some(_), Some(Fault::Lose)) => {
+                            slot.injected().store(id + 1, SeqCst); // not counted as read
+                        }
                         (Some(record), Some(Fault::Duplicate)) => {
                             record.mark_read(now_ns());
                             record.mark_read(now_ns());

@@ -136,7 +136,8 @@ fn soak(
         row.churn = soak.churn;
         row.quiet = soak.sampler.quiet;
         row.load = soak.sampler.load;
-        row.fates = Fates::tally(&ledger, &soak.corpses, s.deadline);
+        let servers = soak.fleet.started();
+        row.fates = Fates::tally(&ledger, &soak.corpses, servers, s.deadline);
         if let Some(e) = soak.failure.take() {
             row.failure.get_or_insert(e);
         }
@@ -359,10 +360,7 @@ impl<'a> Soak<'a> {
         for (server, exit) in self.fleet.reap() {
             let slot = self.ledger.slot(server.slot);
             self.churn.signals += slot.signals().load(SeqCst);
-            let what = format!(
-                "server {} (queues {} and {})",
-                server.slot, server.queues[0], server.queues[1]
-            );
+            let what = format!("server {} (queues {:?})", server.slot, server.queues);
             match exit {
                 Exit::Killed { receiving } => {
                     if let Some(q) = receiving {
@@ -565,10 +563,18 @@ impl<'a> Soak<'a> {
         Ok(())
     }
 
+    /// Execs a server for `home`: its queues that are not unlinked yet (a retired queue is
+    /// not in a new server's set).
     fn start_server(&mut self, home: u64) -> Result<(), String> {
-        let [a, b] = Layout::queues_of(home);
-        let named = |n: u64| (n, queues::name(self.tag, n));
-        self.fleet.start(home, [named(a), named(b)])
+        let set = Layout::queues_of(home)
+            .into_iter()
+            .filter(|n| self.queues.contains_key(n))
+            .map(|n| (n, queues::name(self.tag, n)))
+            .collect::<Vec<_>>();
+        match set.is_empty() {
+            true => Ok(()), // the home is leaving: nothing left to serve
+            false => self.fleet.start(home, set),
+        }
     }
 
     fn progress(&self, t: Duration) {

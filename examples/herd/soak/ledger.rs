@@ -174,31 +174,40 @@ impl Ledger {
 
     pub fn slot(&self, i: usize) -> Slot<'_> {
         assert!(i < self.slots, "slot {i} of {}", self.slots);
-        Slot {
-            words: &self.words,
+        Slot(Words {
+            all: &self.words,
             base: HEADER_WORDS + i * SLOT_WORDS,
-        }
+        })
     }
 
     /// Request `id`'s record, if `id` is one the table has.
     pub fn record(&self, id: u64) -> Option<Record<'_>> {
         let id = usize::try_from(id).ok().filter(|&i| i < self.records)?;
-        Some(Record {
-            words: &self.words,
+        Some(Record(Words {
+            all: &self.words,
             base: HEADER_WORDS + self.slots * SLOT_WORDS + id * RECORD_WORDS,
-        })
+        }))
+    }
+}
+
+/// The words of one slot or record: field `i` is word `base + i` of the table.
+struct Words<'a> {
+    all: &'a SharedCounters,
+    base: usize,
+}
+
+impl Words<'_> {
+    fn word(&self, field: usize) -> &AtomicU64 {
+        self.all.get(self.base + field)
     }
 }
 
 /// One server's slot.
-pub struct Slot<'a> {
-    words: &'a SharedCounters,
-    base: usize,
-}
+pub struct Slot<'a>(Words<'a>);
 
 impl Slot<'_> {
     fn word(&self, field: usize) -> &AtomicU64 {
-        self.words.get(self.base + field)
+        self.0.word(field)
     }
 
     pub fn state(&self) -> State {
@@ -287,14 +296,11 @@ impl Slot<'_> {
 }
 
 /// One request's record.
-pub struct Record<'a> {
-    words: &'a SharedCounters,
-    base: usize,
-}
+pub struct Record<'a>(Words<'a>);
 
 impl Record<'_> {
     fn word(&self, field: usize) -> &AtomicU64 {
-        self.words.get(self.base + field)
+        self.0.word(field)
     }
 
     /// The client's: before the send, the queue and the time (CLOCK_MONOTONIC ns, never 0).

@@ -36,12 +36,12 @@ pub use server::{exec_server, ServerSpec};
 /// The definitions, shown by `herd soak --help` (and in docs/lab.md).
 pub const DEFINITIONS: &str = "\
 Timetable: --minutes M in ceil(2M) cycles (1 to 6), each 2/3 load, 1/3 quiet (M = 1: 20 s load, \
-10 s quiet, twice). Every second, loaded or quiet: a random server SIGKILLed and a replacement \
-exec'd, another SIGSTOPped for 100 ms, a queue made (with a new home of servers) and the oldest \
-active one retired (no more traffic; unlinked once its servers emptied it, or after 2 s with the \
-supervisor taking what is left). While loaded: the client sends --rate requests per second in \
-turn to the active queues (non-blocking; a full queue refuses), and every server has a 1 ms \
-SIGALRM interval timer.
+10 s quiet, twice). Every second, loaded or quiet (loaded only, with --quiet-churn false): a \
+random server SIGKILLed and a replacement exec'd, another SIGSTOPped for 100 ms, a queue made \
+(with a new home of servers) and the oldest active one retired (no more traffic; unlinked once \
+its servers emptied it, or after 2 s with the supervisor taking what is left). While loaded: \
+the client sends --rate requests per second in turn to the active queues (non-blocking; a full \
+queue refuses), and every server has a 1 ms SIGALRM interval timer.
 
 Servers: home h serves queues h and h+1; --queues + 1 homes are live, sharing --servers \
 servers. Each server opens the group by name, joins, registers its two queues with \
@@ -65,8 +65,8 @@ mq_receive.
 Quiet wake-ups: voluntary context switches of every thread of a server (/proc/<pid>/task/*/\
 status), read once a second, summed over the servers ready for at least 1 s, not stopped, \
 killed or leaving in the interval, from 0.5 s into a quiet phase, divided by server-seconds. \
-The churn goes on while quiet, so this includes what another member's death, join or leave \
-costs; 'beyond' takes away the loop's own 50 ms timeouts (and signals): the library's own.
+Unless --quiet-churn false, the churn goes on while quiet, so this includes what another member's \
+death, join or leave costs; 'beyond' takes away the loop's own 50 ms timeouts (and signals).
 
 Per process, at the start (the first servers, before traffic) and at the end (the servers live \
 after the final drain): descriptors (/proc/<pid>/fd), VmRSS, /dev/shm objects mapped; the \
@@ -97,6 +97,10 @@ pub struct Args {
     /// A request's deadline after it is sent, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     deadline_ms: u64,
+    /// Whether the churn (kills, stops, queues made and retired) goes on while quiet; with
+    /// `false` the quiet phases are calm, and their wake-ups are the library's idle cost alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    quiet_churn: bool,
     /// Seed of the churn's random choices (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -186,6 +190,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         deadline: Duration::from_millis(args.deadline_ms),
         seed,
         inject: args.inject,
+        quiet_churn: args.quiet_churn,
     };
     let backends: Vec<(Backend, &'static str)> = match args.backend {
         Which::Native => vec![(Backend::Native, "native")],
@@ -197,7 +202,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "herd soak: {} min per backend ({}); {} servers (fork + exec) over {} homes, {} active \
          queues, {} requests/s while loaded, deadline {} ms; {}; every second a SIGKILL and a \
          replacement, a SIGSTOP for 100 ms, a queue made and one retired; SIGALRM every 1 ms in \
-         every server while loaded; seed {seed}",
+         every server while loaded; churn while quiet: {}; seed {seed}",
         args.minutes,
         backends.iter().map(|b| b.1).collect::<Vec<_>>().join(", "),
         args.servers,
@@ -205,7 +210,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.queues,
         args.rate,
         args.deadline_ms,
-        settings.plan.describe()
+        settings.plan.describe(),
+        match args.quiet_churn {
+            true => "on",
+            false => "off",
+        }
     );
     if let Some(fault) = args.inject {
         println!("INJECTED FAULT: {}", fault.describe());

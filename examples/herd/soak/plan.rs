@@ -3,7 +3,8 @@
 //! **Timetable.** A run of `--minutes` M is cut into cycles (⌈2M⌉, at least 1, at most 6), each
 //! two thirds load then one third quiet: M = 1 is 20 s load, 10 s quiet, twice (40 s of load,
 //! 20 s of quiet); M = 30 is six cycles of 200 s load and 100 s quiet. The churn (a kill, a
-//! stop, a queue made and one retired) runs every second through both phases.
+//! stop, a queue made and one retired) runs every second through both phases (through the load
+//! phases only with `--quiet-churn false`).
 //!
 //! **Layout.** Queues are numbered in the order they are made; *home* h is the group of
 //! servers that serve queues h and h + 1, so neighbouring homes share a queue (server A {q1,

@@ -151,6 +151,7 @@ pub struct Row {
     pub deadline_ms: u64,
     pub seed: u64,
     pub plan: String,
+    pub quiet_churn: bool,
     pub seconds: f64,
     #[serde(flatten)]
     pub fates: Fates,

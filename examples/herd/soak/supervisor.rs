@@ -54,6 +54,8 @@ pub struct Settings {
     pub deadline: Duration,
     pub seed: u64,
     pub inject: Option<Fault>,
+    /// Whether the churn goes on while quiet (`--quiet-churn`).
+    pub quiet_churn: bool,
 }
 
 impl Settings {
@@ -93,6 +95,7 @@ pub fn run(s: &Settings, backend: Backend, tag: &'static str) -> Row {
         deadline_ms: s.deadline.as_millis() as u64,
         seed: s.seed,
         plan: s.plan.describe(),
+        quiet_churn: s.quiet_churn,
         injected: s.inject.map(|f| f.describe().to_owned()),
         shm_before: ShmObjects::count(&prefix),
         ..Row::default()
@@ -272,7 +275,9 @@ impl<'a> Soak<'a> {
             }
             self.look(now, true);
             if now >= next_tick {
-                self.tick(now);
+                if phase == Phase::Load || self.s.quiet_churn {
+                    self.tick(now);
+                }
                 next_tick += second;
             }
             if now >= next_sample {

@@ -5,10 +5,11 @@
 //! phase, at least 0.5 s after the phase began, and the server was ready for at least 1 s
 //! before it (not just started: its start-up and join are not charged), was not stopped since
 //! the previous reading, and was neither killed nor told to leave. The churn goes on through
-//! the quiet phases (a supervisor restarts crashed servers at night too), so the quiet figure
-//! includes the wake-ups that a death, a join or a leave of another member legitimately costs;
-//! the loop's own timeouts are counted apart, and `beyond` is what is left once they and the
-//! signals are taken away: the library's own wake-ups.
+//! the quiet phases by default (a supervisor restarts crashed servers at night too), so the
+//! quiet figure includes the wake-ups that a death, a join or a leave of another member
+//! legitimately costs (`--quiet-churn false` keeps the quiet phases calm); the loop's own
+//! timeouts are counted apart, and `beyond` is what is left once they and the signals are taken
+//! away: the library's own wake-ups.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;

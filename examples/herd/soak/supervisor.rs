@@ -246,13 +246,14 @@ impl<'a> Soak<'a> {
             self.queues.len(),
             prefix,
         ));
-        self.timetable();
+        self.timetable(prefix, row);
         self.finish(prefix, row);
         Ok(())
     }
 
-    /// The timetable: phases, ticks, samples, until the end or a failure.
-    fn timetable(&mut self) {
+    /// The timetable: phases, ticks, samples, until the end or a failure; the census after the
+    /// first cycle.
+    fn timetable(&mut self, prefix: &str, row: &mut Row) {
         let plan = self.s.plan;
         let t0 = Instant::now();
         let (mut phase, mut phase_began) = (Phase::Load, t0);
@@ -269,6 +270,10 @@ impl<'a> Soak<'a> {
                 break;
             }
             if p != phase {
+                if p == Phase::Load && row.after_cycle.is_none() {
+                    let queues = self.queues.len();
+                    row.after_cycle = Some(Census::take(&self.serving_pids(), queues, prefix));
+                }
                 (phase, phase_began) = (p, t0 + plan.phase_began(t));
                 self.ledger.set_phase(p);
                 self.traffic.set_on(p == Phase::Load);

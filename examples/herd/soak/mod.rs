@@ -69,7 +69,8 @@ Unless --quiet-churn false, the churn goes on while quiet, so this includes what
 death, join or leave costs; 'beyond' takes away the loop's own 50 ms timeouts (and signals).
 
 Per process, at the start (the first servers, before traffic) and at the end (the servers live \
-after the final drain): descriptors (/proc/<pid>/fd), VmRSS, /dev/shm objects mapped; the \
+after the final drain; also after the first cycle): descriptors (/proc/<pid>/fd), memory (VmRSS \
+less RssShmem: the shared ledger and group object left out), /dev/shm objects mapped; the \
 supervisor's own; /dev/shm objects (this run's group, herdless.*, all) before, at start, at \
 end, after cleanup; queue names of the run left after it (probed by name).
 

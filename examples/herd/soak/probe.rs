@@ -1,5 +1,8 @@
 //! What the soak reads from the kernel about a process and about the machine's shared objects:
-//! open descriptors (`/proc/<pid>/fd`), resident memory (`VmRSS` of `/proc/<pid>/status`),
+//! open descriptors (`/proc/<pid>/fd`), resident memory of its own (`VmRSS` less `RssShmem` of
+//! `/proc/<pid>/status`: anonymous and file pages; shared memory is left out, since the soak's
+//! own ledger, a record per request, is shared memory every process touches and grows by
+//! design, and the group's object has a fixed size),
 //! the `/dev/shm` objects it maps (`/proc/<pid>/maps`), its kernel wake-ups (voluntary context
 //! switches of every thread, `/proc/<pid>/task/*/status`), and the `/dev/shm` objects that
 //! exist. `None` when the process is gone.
@@ -13,9 +16,11 @@ pub fn descriptors(pid: u32) -> Option<u64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
-/// Resident memory of `pid`, in KiB.
+/// Resident memory of `pid` besides shared memory (`VmRSS` − `RssShmem`), in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
-    status_field(&format!("/proc/{pid}/status"), "VmRSS:")
+    let status = format!("/proc/{pid}/status");
+    let shared = status_field(&status, "RssShmem:")?;
+    Some(status_field(&status, "VmRSS:")?.saturating_sub(shared))
 }
 
 /// Distinct `/dev/shm` objects `pid` has mapped.

@@ -322,16 +322,17 @@ impl Row {
                     c.server_descriptors.processes.to_string()
                 }),
                 ("descriptors per server", &|c| spread(&c.server_descriptors)),
-                ("VmRSS per server, MiB: mean (min–max)", &|c| {
-                    mib(&c.server_rss_kib)
-                }),
+                (
+                    "VmRSS − RssShmem per server, MiB: mean (min–max)",
+                    &|c| mib(&c.server_rss_kib),
+                ),
                 ("/dev/shm objects mapped per server", &|c| {
                     spread(&c.server_shm_mapped)
                 }),
                 ("supervisor descriptors besides its queues'", &|c| {
                     c.supervisor_descriptors().to_string()
                 }),
-                ("supervisor VmRSS, MiB", &|c| {
+                ("supervisor VmRSS − RssShmem, MiB", &|c| {
                     format!("{:.1}", c.supervisor.rss_kib as f64 / 1024.0)
                 }),
                 ("/dev/shm: this run's / herdless.* / all", &|c| shm(&c.shm)),

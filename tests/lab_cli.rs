@@ -753,8 +753,8 @@ fn soak_ends_with_the_counts_of_each_backend() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A request lost (or read twice) on purpose by the first server fails the command, and the
-/// final line counts it.
+/// A request lost (or read twice) on purpose (the first one a server reads) fails the command,
+/// and the final line counts it.
 #[test]
 fn soak_fails_when_a_request_is_lost_or_duplicated() {
     for (fault, lost, duplicated) in [("lose", 1, 0), ("duplicate", 0, 1)] {

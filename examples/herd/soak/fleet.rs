@@ -96,8 +96,8 @@ impl<'a> Fleet<'a> {
             slots: self.ledger.slots(),
             records: self.ledger.records(),
             supervisor: std::process::id(),
-            // The first server only, for the check of the exit status (`--inject`).
-            inject: self.inject.filter(|_| slot == 0),
+            // Every server; the first to read a request injects it (`--inject`).
+            inject: self.inject,
         };
         let child = crate::exec::spawn(&crate::exec::Job::Soak(spec), &[self.ledger.fd()])
             .map_err(|e| format!("exec of a server: {e}"))?;

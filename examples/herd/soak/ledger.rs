@@ -26,6 +26,7 @@ use herdless_fixtures::SharedCounters;
 const MAGIC: usize = 0;
 const PHASE: usize = 1;
 const NEXT_ID: usize = 2;
+const INJECTION: usize = 3;
 const HEADER_WORDS: usize = 8;
 const MAGIC_VALUE: u64 = 0x6865_7264_736f_616b; // "herdsoak"
 
@@ -170,6 +171,12 @@ impl Ledger {
     /// How many ids were handed out (at most `records`).
     pub fn ids_taken(&self) -> usize {
         (self.words.get(NEXT_ID).load(SeqCst) as usize).min(self.records)
+    }
+
+    /// True for the first caller only: the server that injects `--inject`'s fault.
+    pub fn claim_injection(&self) -> bool {
+        let word = self.words.get(INJECTION);
+        word.compare_exchange(0, 1, SeqCst, SeqCst).is_ok()
     }
 
     pub fn slot(&self, i: usize) -> Slot<'_> {

@@ -105,7 +105,7 @@ pub struct Args {
     /// Seed of the churn's random choices (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Make the first server lose or duplicate its first request, to check the exit status.
+    /// Make the first request read lose or count twice, on purpose (to check the exit status).
     #[arg(long, value_enum)]
     inject: Option<Fault>,
     /// Also write one JSON row per backend to this file (its directory must exist).
@@ -120,7 +120,7 @@ enum Which {
     Both,
 }
 
-/// A fault the first server injects on purpose (`--inject`).
+/// A fault injected on purpose in the first request a server reads (`--inject`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Fault {
@@ -133,10 +133,8 @@ pub enum Fault {
 impl Fault {
     fn describe(self) -> &'static str {
         match self {
-            Fault::Lose => {
-                "--inject lose: the first server received one request and did not count it"
-            }
-            Fault::Duplicate => "--inject duplicate: the first server counted one request twice",
+            Fault::Lose => "--inject lose: the first request read was not counted",
+            Fault::Duplicate => "--inject duplicate: the first request read was counted twice",
         }
     }
 }

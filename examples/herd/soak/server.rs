@@ -128,7 +128,8 @@ fn serve(spec: &ServerSpec, ledger: &Ledger, slot: &Slot<'_>) -> Result<(), Stri
             let received = queues::receive(fd.as_raw_fd());
             match received {
                 Ok(Some((id, _deadline))) => {
-                    match (ledger.record(id), inject.take()) {
+                    let fault = inject.take().filter(|_| ledger.claim_injection());
+                    match (ledger.record(id), fault) {
                         (Some(_), Some(Fault::Lose)) => {
                             slot.injected().store(id + 1, SeqCst); // not counted as read
                         }

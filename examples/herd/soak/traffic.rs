@@ -2,9 +2,10 @@
 //! while the run is loaded, in turn to each active queue, on a fixed schedule (a stall of the
 //! machine is not made up for with a burst). Each request takes the ledger's next id and is
 //! stamped there (queue, time) just before its non-blocking `mq_send`; a full queue refuses it
-//! (marked refused in the ledger, not sent again). The supervisor switches the traffic on and off and changes
-//! the active queues under the same lock the client sends under, so once a queue is retired
-//! nothing more is sent to it and its descriptor is never used after it closed.
+//! (marked refused in the ledger, not sent again). The supervisor switches the traffic on and
+//! off and changes the active queues under the same lock the client sends under, so once a
+//! queue is retired nothing more is sent to it and its descriptor is never used after it
+//! closed.
 
 use std::os::fd::RawFd;
 use std::sync::Mutex;

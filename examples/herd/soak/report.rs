@@ -317,7 +317,7 @@ impl Row {
                     s.max as f64 / 1024.0
                 )
             };
-            let rows: [(&str, &dyn Fn(&Census) -> String); 7] = [
+            let rows: [Line<'_>; 7] = [
                 ("servers measured", &|c| {
                     c.server_descriptors.processes.to_string()
                 }),
@@ -408,6 +408,9 @@ impl Row {
         line
     }
 }
+
+/// A line of the per-process table: its name and how each census fills its cell.
+type Line<'a> = (&'a str, &'a dyn Fn(&Census) -> String);
 
 fn shm(s: &ShmObjects) -> String {
     format!("{} / {} / {}", s.this_run, s.herdless, s.all)

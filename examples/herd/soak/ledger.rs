@@ -249,7 +249,7 @@ impl Slot<'_> {
         self.word(EMPTY)
     }
 
-    /// Waits that returned no event at their 50 ms timeout.
+    /// Waits that returned no event after their whole 50 ms (less 1 ms): the loop's own timeouts.
     pub fn timeouts(&self) -> &AtomicU64 {
         self.word(TIMEOUTS)
     }

@@ -72,7 +72,10 @@ Per process, at the start (the first servers, before traffic) and at the end (th
 after the final drain; also after the first cycle): descriptors (/proc/<pid>/fd), memory (VmRSS \
 less RssShmem: the shared ledger and group object left out), /dev/shm objects mapped; the \
 supervisor's own; /dev/shm objects (this run's group, herdless.*, all) before, at start, at \
-end, after cleanup; queue names of the run left after it (probed by name).
+end, after cleanup; queue names of the run left after it (probed by name). Growth: an end \
+figure above both the start's and the one after the first cycle (servers' descriptors by more \
+than 1 on average, memory by more than a quarter and 1 MiB, the rest by any; a one-cycle run: \
+its /dev/shm objects only), and whatever the cleanup left.
 
 Exit status 1 if any backend lost or duplicated a request, or its run failed (a server that \
 could not start or serve, e.g. Error::TooManySources, the client, a time bound, Ctrl-C); a \

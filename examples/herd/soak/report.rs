@@ -279,6 +279,12 @@ impl Row {
             f.duplicated,
             f.unserved
         );
+        if f.bad_ids > 0 {
+            println!(
+                "  {} reads of ids never sent (counted as duplicated)",
+                f.bad_ids
+            );
+        }
         println!(
             "  churn: {} kills ({} mid-receive), {} stops of 100 ms, {} servers started, {} \
              left when told, {} queues made, {} unlinked ({} drained by the supervisor), {} \

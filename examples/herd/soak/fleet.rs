@@ -34,7 +34,7 @@ pub struct Server {
 }
 
 impl Server {
-    /// Ready, and neither killed, told to leave nor stopped.
+    /// Ready, and neither killed nor told to leave (it may be stopped for the moment).
     pub fn serving(&self) -> bool {
         self.ready_at.is_some() && !self.killed && self.leaving.is_none()
     }

@@ -2,17 +2,18 @@
 //! (`Group::builder().name(..)`, the run's own name, removed at the end), the ledger and the
 //! first queues and homes (`plan`), waits until every first server is ready, then runs the
 //! timetable: the client on while loaded, the servers' signals on while loaded, and every
-//! second the churn — a random server SIGKILLed and a replacement exec'd into its home,
-//! another SIGSTOPped for 100 ms, a new home exec'd with a new queue (the pending queue then
-//! becomes active and the oldest active one is retired). Between ticks, every 5 ms, it reaps
-//! the servers that ended, notes the ones that became ready, resumes the stopped ones, moves
-//! the queues along (a retired queue is unlinked once its servers emptied it, or after 2 s the
-//! supervisor takes what is left, marked stranded) and tells a home whose queues are both gone
-//! to leave. Every wait is bounded: a server not ready within 20 s, or not gone 5 s after it
-//! was told to leave, is killed and fails the run. At the end: traffic off, every queue retired
-//! and drained (the same 2 s rule), the end census, every server told to leave, the fates
-//! counted. Anything that fails a server or the client ends the run early, reported as the
-//! run's failure, with the counts so far.
+//! second (while loaded only, with `--quiet-churn false`) the churn — a random server
+//! SIGKILLed and a replacement exec'd into its home, another SIGSTOPped for 100 ms, a new home
+//! exec'd with a new queue (once one of its servers is ready the pending queue becomes active
+//! and the oldest active one is retired). Between ticks, every 5 ms, it reaps the servers that
+//! ended, notes the ones that became ready, resumes the stopped ones, moves the queues along (a
+//! retired queue is unlinked once its servers emptied it, or after 2 s the supervisor takes
+//! what is left, marked stranded) and tells a home whose queues are both gone to leave. Every
+//! wait is bounded: a server not ready within 20 s, or not gone 5 s after it was told to leave,
+//! is killed and fails the run. The censuses: at the start, after the first cycle, at the end.
+//! At the end: traffic off, every queue retired and drained (the same 2 s rule), the end
+//! census, every server told to leave, the fates counted. Anything that fails a server or the
+//! client ends the run early, reported as the run's failure, with the counts so far.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering::SeqCst;

@@ -44,6 +44,7 @@ pub enum Spawn {
 pub enum Job {
     Accept(crate::accept::ExecSpec),
     Herd(crate::herd_bench::ExecSpec),
+    Soak(crate::soak::ServerSpec),
 }
 
 /// If this process is an exec'd worker, runs it and returns its exit status.
@@ -59,6 +60,7 @@ pub fn worker_main() -> Option<i32> {
     Some(match job {
         Job::Accept(spec) => crate::accept::exec_worker(spec),
         Job::Herd(spec) => crate::herd_bench::exec_worker(spec),
+        Job::Soak(spec) => crate::soak::exec_server(spec),
     })
 }
 

@@ -430,9 +430,9 @@ mod service {
         let queue = mq_open(queue_name, flags, Mode::empty(), None)?;
         let mut waiter = group.join()?;
         let shared = Interest::READABLE.exclusive().one_event_round_robin();
-        waiter.add(queue.as_fd(), QUEUE, shared)?;
+        waiter.add(&queue.as_fd(), QUEUE, shared)?;
         waiter.add(&stop, STOP, Interest::READABLE)?;
-        let start = herdless::counters::thread_voluntary_switches().unwrap_or(0);
+        let start = herdless_fixtures::counters::thread_voluntary_switches().unwrap_or(0);
         // SAFETY: gettid has no arguments and cannot fail.
         write_all(ready.as_raw_fd(), &unsafe { libc::gettid() }.to_ne_bytes())?;
         drop(ready);
@@ -459,7 +459,8 @@ mod service {
                 }
             }
         }
-        let switches = herdless::counters::thread_voluntary_switches().unwrap_or(0) - start;
+        let switches =
+            herdless_fixtures::counters::thread_voluntary_switches().unwrap_or(0) - start;
         // The supervisor hangs up once the queue is empty; take anything left all the same.
         while mq_receive(&queue, &mut buf, &mut 0).is_ok() {
             served.push(u64::from_ne_bytes(buf));

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::contract::Rotation;
 use crate::doorbell::{Bell, Doorbells};
 use crate::error::{Error, Result};
-use crate::interest::{Event, Events, Interest};
+use crate::interest::{Event, Events, Interest, Readiness};
 use crate::registry::{self, FileId, Registry};
 use crate::shared::{MemberSlot, SharedState};
 use crate::turn;
@@ -101,6 +101,9 @@ impl registry::Registered for Registration {
     fn interest(&self) -> Interest {
         self.interest
     }
+    fn file(&self) -> FileId {
+        self.file
+    }
 }
 
 /// One member's native half: its own epoll instance and registrations.
@@ -123,6 +126,9 @@ pub(crate) struct NativeWaiter {
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
+    /// Exclusive descriptors handed out by the last `wait` whose event the caller has not
+    /// consumed yet: the next `wait` counts them (`MemberStats::unconsumed`).
+    outstanding: Vec<RawFd>,
     buffer: Vec<libc::epoll_event>,
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
@@ -181,6 +187,7 @@ impl NativeWaiter {
             exclusive: Vec::new(),
             next_gen: 1,
             rotate_pending: Vec::new(),
+            outstanding: Vec::new(),
             buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             total_handed: 0,
             bells,
@@ -198,6 +205,9 @@ impl NativeWaiter {
     }
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
+        let registrations = &self.registrations;
+        self.outstanding
+            .retain(|fd| registrations.get(fd).is_some_and(|r| r.key != key));
         // Usually one pending descriptor: no allocation on this hot path.
         let mut i = 0;
         while i < self.rotate_pending.len() {
@@ -349,7 +359,12 @@ impl NativeWaiter {
         on_death: OnDeath<'_>,
     ) -> Result<usize> {
         self.note_back();
-        // Coming back to wait means the last events were consumed.
+        // Coming back to wait means the last events were consumed: those the caller did not
+        // say so for are counted.
+        if !self.outstanding.is_empty() {
+            slot.unconsumed.add(self.outstanding.len() as u64);
+            self.outstanding.clear();
+        }
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
         }
@@ -488,13 +503,11 @@ impl NativeWaiter {
         let Some(reg) = self.registrations.get_mut(&fd) else {
             return false;
         };
-        events.push(Event {
-            key: reg.key,
-            readable: flags
-                & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLHUP | libc::EPOLLERR) as u32
-                != 0,
-            writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
-        });
+        let ready = Readiness::from_poll(flags as libc::c_int);
+        events.push(Event::new(reg.key, reg.interest, ready));
+        if reg.interest.is_exclusive() {
+            self.outstanding.push(fd);
+        }
         let mut noted = false;
         if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
             reg.handed += 1;

@@ -166,10 +166,10 @@ impl NativeWaiter {
         self.shared.member(self.me).rung.store(0, SeqCst);
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
         for &fd in &self.exclusive {
-            let reg = &self.registrations[&fd];
-            if events.iter().any(|e| e.key == reg.key) {
-                continue;
+            if self.outstanding.contains(&fd) {
+                continue; // handed out by this wait already
             }
+            let reg = &self.registrations[&fd];
             fds.push(libc::pollfd {
                 fd,
                 events: registry::poll_events(reg.interest),

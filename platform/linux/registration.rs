@@ -22,7 +22,10 @@ impl NativeWaiter {
         let file = registry::file_id(fd).ok_or(Error::BadDescriptor { fd })?;
         let old = self.registrations.get(&fd).copied();
         if old.is_some_and(|old| old.file == file) {
-            return Err(Error::AlreadyRegistered { fd });
+            return Err(Error::AlreadyRegistered { fd, registered: fd });
+        }
+        if let Some(registered) = self.registrations.duplicate_of(fd, file, interest) {
+            return Err(Error::AlreadyRegistered { fd, registered });
         }
         let gen = self.next_gen;
         let flags = epoll_flags(interest);
@@ -74,6 +77,7 @@ impl NativeWaiter {
     pub(super) fn forget(&mut self, fd: RawFd) -> Option<Registration> {
         let old = self.registrations.remove(fd)?;
         self.rotate_pending.retain(|&p| p != fd);
+        self.outstanding.retain(|&p| p != fd);
         if old.interest.is_exclusive() {
             self.exclusive.retain(|&x| x != fd);
         }

@@ -100,7 +100,12 @@ impl EmulatedWaiter {
         let me = self.me;
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        // Coming back to wait: what was handed out last time has been consumed.
+        // Coming back to wait: what was handed out last time has been consumed; what the
+        // caller did not say so for is counted.
+        if !self.holding.is_empty() {
+            let unconsumed = self.holding.len() as u64;
+            tk.shared.member(me.slot).unconsumed.add(unconsumed);
+        }
         while let Some((s, _, hold)) = self.holding.pop() {
             tk.release(s, hold);
             self.end_turn(tk, s);

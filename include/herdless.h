@@ -155,7 +155,9 @@ extern "C" {
 #define HERDLESS_EUNWATCHABLE -1006
 
 /**
- * The descriptor is already registered with this waiter (use herdless_modify). errno EEXIST.
+ * The descriptor is already registered with this waiter (use herdless_modify), or it is a
+ * duplicate (dup) of a registered one where either registration is exclusive (the message
+ * names the registered number). errno EEXIST.
  */
 #define HERDLESS_EEXIST -1007
 

@@ -91,6 +91,9 @@ struct Registration {
     gen: u64,
     /// Events of this (exclusive) descriptor handed out since its entry last went to the tail.
     handed: u32,
+    /// Was its last event handed out by the last `wait` and not consumed yet (exclusive only)?
+    /// The next `wait` counts it (`MemberStats::unconsumed`).
+    outstanding: bool,
     /// The group's count of handed exclusive events (`native_handed`) just after this member
     /// was handed its last event of this descriptor: if the count moved by the time the member
     /// consumed it, the event overlapped another one (`Adaptive` only).
@@ -126,9 +129,6 @@ pub(crate) struct NativeWaiter {
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
-    /// Exclusive descriptors handed out by the last `wait` whose event the caller has not
-    /// consumed yet: the next `wait` counts them (`MemberStats::unconsumed`).
-    outstanding: Vec<RawFd>,
     buffer: Vec<libc::epoll_event>,
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
@@ -187,7 +187,6 @@ impl NativeWaiter {
             exclusive: Vec::new(),
             next_gen: 1,
             rotate_pending: Vec::new(),
-            outstanding: Vec::new(),
             buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             total_handed: 0,
             bells,
@@ -205,9 +204,7 @@ impl NativeWaiter {
     }
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
-        let registrations = &self.registrations;
-        self.outstanding
-            .retain(|fd| registrations.get(fd).is_some_and(|r| r.key != key));
+        self.settle_outstanding(Some(key));
         // Usually one pending descriptor: no allocation on this hot path.
         let mut i = 0;
         while i < self.rotate_pending.len() {
@@ -361,9 +358,9 @@ impl NativeWaiter {
         self.note_back();
         // Coming back to wait means the last events were consumed: those the caller did not
         // say so for are counted.
-        if !self.outstanding.is_empty() {
-            slot.unconsumed.add(self.outstanding.len() as u64);
-            self.outstanding.clear();
+        let unconsumed = self.settle_outstanding(None);
+        if unconsumed > 0 {
+            slot.unconsumed.add(unconsumed);
         }
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
@@ -505,9 +502,7 @@ impl NativeWaiter {
         };
         let ready = Readiness::from_poll(flags as libc::c_int);
         events.push(Event::new(reg.key, reg.interest, ready));
-        if reg.interest.is_exclusive() {
-            self.outstanding.push(fd);
-        }
+        reg.outstanding = reg.interest.is_exclusive();
         let mut noted = false;
         if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
             reg.handed += 1;
@@ -522,6 +517,22 @@ impl NativeWaiter {
             }
         }
         noted
+    }
+
+    /// The caller consumed the events with `key` (`None`: all of them, at the next `wait`):
+    /// they are no longer outstanding. Returns how many were. One look per exclusive
+    /// registration.
+    fn settle_outstanding(&mut self, key: Option<usize>) -> u64 {
+        let mut settled = 0;
+        for fd in &self.exclusive {
+            if let Some(reg) = self.registrations.get_mut(fd) {
+                if reg.outstanding && key.is_none_or(|k| k == reg.key) {
+                    reg.outstanding = false;
+                    settled += 1;
+                }
+            }
+        }
+        settled
     }
 
     pub(crate) fn notifier(&self) -> NativeNotifier {

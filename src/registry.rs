@@ -60,9 +60,9 @@ pub(crate) trait Registered {
 pub(crate) struct Registry<R> {
     entries: HashMap<RawSource, R, FxBuildHasher>,
     /// How many registrations asked for one event per wait.
-    one_event: usize,
+    one_event: u32,
     /// How many are exclusive (none: an add without `exclusive` has no duplicate to look for).
-    exclusive: usize,
+    exclusive: u32,
 }
 
 impl<R: Registered> Registry<R> {
@@ -93,8 +93,8 @@ impl<R: Registered> Registry<R> {
 
     /// Keeps the counts of one-event and exclusive registrations as one with `interest` comes
     /// (`by` 1) or goes (`by` -1).
-    fn count(&mut self, interest: Interest, by: isize) {
-        let change = |n: &mut usize, flag: bool| {
+    fn count(&mut self, interest: Interest, by: i32) {
+        let change = |n: &mut u32, flag: bool| {
             if flag {
                 *n = n.wrapping_add_signed(by);
             }

@@ -40,7 +40,9 @@ pub const HERDLESS_EBADF: c_int = -1005;
 /// The kernel will not watch this descriptor (a regular file, a directory, /dev/null), or not
 /// exclusively (an epoll descriptor; an eventfd or timerfd under the emulation). errno EPERM.
 pub const HERDLESS_EUNWATCHABLE: c_int = -1006;
-/// The descriptor is already registered with this waiter (use herdless_modify). errno EEXIST.
+/// The descriptor is already registered with this waiter (use herdless_modify), or it is a
+/// duplicate (dup) of a registered one where either registration is exclusive (the message
+/// names the registered number). errno EEXIST.
 pub const HERDLESS_EEXIST: c_int = -1007;
 /// The descriptor is not registered with this waiter. errno ENOENT.
 pub const HERDLESS_ENOENT: c_int = -1008;

@@ -254,10 +254,7 @@ fn update_and_wait(
                 Ok(identity) => {
                     crate::with_source(fd, |s| state.waiter.add(s, registry::key_of(fd), interest))
                         .map(|()| identity)
-                        .map_err(|f| {
-                            state.tracker.forget(fd, identity);
-                            f
-                        })
+                        .inspect_err(|_| state.tracker.forget(fd, identity))
                 }
             },
         };

@@ -166,10 +166,10 @@ impl NativeWaiter {
         self.shared.member(self.me).rung.store(0, SeqCst);
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
         for &fd in &self.exclusive {
-            if self.outstanding.contains(&fd) {
+            let reg = &self.registrations[&fd];
+            if reg.outstanding {
                 continue; // handed out by this wait already
             }
-            let reg = &self.registrations[&fd];
             fds.push(libc::pollfd {
                 fd,
                 events: registry::poll_events(reg.interest),

@@ -69,6 +69,7 @@ impl NativeWaiter {
                 file,
                 gen,
                 handed: 0,
+                outstanding: false,
                 mark: 0,
             },
         );
@@ -77,7 +78,6 @@ impl NativeWaiter {
     pub(super) fn forget(&mut self, fd: RawFd) -> Option<Registration> {
         let old = self.registrations.remove(fd)?;
         self.rotate_pending.retain(|&p| p != fd);
-        self.outstanding.retain(|&p| p != fd);
         if old.interest.is_exclusive() {
             self.exclusive.retain(|&x| x != fd);
         }

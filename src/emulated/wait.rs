@@ -308,7 +308,7 @@ impl EmulatedWaiter {
             .flatten()
             .min();
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let deadline_first = left.is_some_and(|l| timers.map_or(true, |t| l <= t));
+        let deadline_first = left.is_some_and(|l| timers.is_none_or(|t| l <= t));
         Ok(Pass {
             probe,
             check_every,
@@ -584,7 +584,7 @@ impl EmulatedWaiter {
     /// Runs the periodic liveness check of this member's sources if it is due (`next_check`);
     /// returns whether it ran.
     pub(super) fn check_due(&mut self, tk: &Protocol<'_>) -> bool {
-        if !self.next_check.is_some_and(|at| Instant::now() >= at) {
+        if self.next_check.is_none_or(|at| Instant::now() < at) {
             return false;
         }
         self.next_check = None;

@@ -919,7 +919,7 @@ impl Member {
         if let Member::Herdless { mut waiter, .. } = self {
             for raw in [fd, stop] {
                 // SAFETY: as above.
-                let _ = waiter.delete(unsafe { &BorrowedFd::borrow_raw(raw) });
+                let _ = waiter.delete(&unsafe { BorrowedFd::borrow_raw(raw) });
             }
         }
     }

@@ -5,7 +5,9 @@
 
 use super::{Candidate, EmulatedWaiter, Pending, Protocol, DOORBELL_KEY};
 use crate::error::RawSource;
-use crate::interest::{Event, Events, Interest, Readiness};
+#[cfg(unix)]
+use crate::interest::Readiness;
+use crate::interest::{Event, Events, Interest};
 use crate::registry;
 
 impl EmulatedWaiter {

@@ -179,7 +179,8 @@ struct Pending {
     /// it is handed out (another thread may have read it meanwhile).
     found_by: u64,
     /// Are its event's hang-up and error flags known? If not (kqueue), it is looked at again
-    /// too.
+    /// too (by the poll(2) look, Unix only: IOCP always says).
+    #[cfg_attr(not(unix), allow(dead_code))]
     exact: bool,
 }
 

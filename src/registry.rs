@@ -343,8 +343,9 @@ pub(crate) fn still_names(_fd: RawSource, _id: FileId) -> bool {
 }
 
 /// How many bits of a registration's generation a token keeps: tokens stay below 2^63, clear of
-/// the reserved keys at the top of the range (the door bell, the death watches, the native
-/// waiter's own eventfd).
+/// the kernel-entry data the library keeps for its own descriptors at the top of the range (the
+/// door bell, the death watches, the native waiter's own eventfd). The caller's keys are never
+/// a kernel entry's data: a registration's record holds its key.
 #[cfg(all(unix, target_pointer_width = "64"))]
 const GENERATION_BITS: u32 = 31;
 

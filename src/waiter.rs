@@ -2,10 +2,11 @@
 //!
 //! Every public call checks what is the same for every backend (the interest, an empty
 //! `Events` buffer, a blocking shared descriptor, a waiter carried across `fork`) and then hands
-//! over to the backend the group was built with: `platform` for the native one, `emulated` for token passing. After `wait` has
-//! handed out an event of an exclusive descriptor, call [`Waiter::consumed`] as soon as the
-//! read or accept is done; the next `wait` does it for you otherwise. That is the moment the
-//! waiter goes to the back of the line and the group watches the descriptor again.
+//! over to the backend the group was built with: `platform` for the native one, `emulated` for
+//! token passing. After `wait` has handed out an event of an exclusive descriptor, call
+//! [`Waiter::consumed`] as soon as the read or accept is done; the next `wait` does it for you
+//! otherwise (and counts it, `MemberStats::unconsumed`). That is the moment the waiter goes to
+//! the back of the line and the group watches the descriptor again.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;

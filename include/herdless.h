@@ -138,7 +138,7 @@ extern "C" {
 #define HERDLESS_EWRONGPROCESS -1003
 
 /**
- * An argument is out of range: options, interest bits, key, capacity, timeout, nfds. errno
+ * An argument is out of range: options, interest bits, capacity, timeout, nfds. errno
  * EINVAL.
  */
 #define HERDLESS_EINVAL -1004

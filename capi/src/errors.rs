@@ -32,7 +32,7 @@ pub const HERDLESS_EBADHANDLE: c_int = -1002;
 /// The waiter was joined by another process (it was inherited across fork): join the group
 /// again in this process. errno EBADF.
 pub const HERDLESS_EWRONGPROCESS: c_int = -1003;
-/// An argument is out of range: options, interest bits, key, capacity, timeout, nfds. errno
+/// An argument is out of range: options, interest bits, capacity, timeout, nfds. errno
 /// EINVAL.
 pub const HERDLESS_EINVAL: c_int = -1004;
 /// The descriptor is not open (closed, or never opened). errno EBADF.

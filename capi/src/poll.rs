@@ -2,7 +2,7 @@
 //!
 //! The caller keeps its `struct pollfd` array and adds [`HERDLESS_POLLEXCL`] and
 //! [`HERDLESS_POLLONE`] to `events`. Each call compares the array with what the waiter has
-//! registered (the key of each registration is the descriptor itself) and adds, modifies or
+//! registered (the data of each registration is the descriptor itself) and adds, modifies or
 //! deletes registrations to match, then waits once and fills `revents` as `poll()` would for
 //! the descriptors herdless handed out. The real `revents` (POLLIN, POLLOUT, POLLHUP, POLLERR…)
 //! come from a zero-timeout `poll()` of those descriptors only: it sleeps in no wait queue, so

@@ -57,7 +57,9 @@ impl Interest {
     };
     /// Wait for urgent (out-of-band) data: `EPOLLPRI`/`POLLPRI`, reported as readable and as
     /// [`Event::is_priority`]. Not available with `exclusive` (the kernel refuses `EPOLLPRI`
-    /// with `EPOLLEXCLUSIVE`), and ignored by kqueue, which has no such event.
+    /// with `EPOLLEXCLUSIVE`), and ignored by kqueue, which has no such event. Where the
+    /// emulation waits in `polling`'s poll(2) backend, `POLLPRI` is asked only with
+    /// readability: register `Interest::READABLE | Interest::PRIORITY` there.
     pub const PRIORITY: Interest = Interest {
         readable: false,
         writable: false,

@@ -212,9 +212,12 @@ fn unwatchable_stays_unwatchable(backend: Backend) {
     }
 }
 
-/// A regular file of this test's own (removed at once; the descriptor keeps it).
+/// A regular file of this test's own (removed at once; the descriptor keeps it), named apart
+/// from the one the same test makes at once on the other backend.
 fn tempfile_in_target() -> OwnedFd {
-    let path = std::env::temp_dir().join(format!("herdless-blocking-{}", std::process::id()));
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let path = std::env::temp_dir().join(format!("herdless-blocking-{}-{n}", std::process::id()));
     let mut file = std::fs::File::create(&path).unwrap();
     file.write_all(b"x").unwrap();
     let file = std::fs::File::open(&path).unwrap();

@@ -2,8 +2,9 @@
 //! plain ones: data to read is readable and nothing else; a writer that left is readable (a
 //! read returns 0) and read-closed, never an error; a reader that left makes a write end
 //! writable, in error and write-closed; a registration is told readable or writable only for
-//! what it asked; urgent TCP data is priority. So a loop can stop watching a FIFO whose writer
-//! left instead of reading its end of file at every wait.
+//! what it asked; urgent TCP data is priority (registered readable too: polling's poll(2)
+//! backend asks `POLLPRI` only with readability). So a loop can stop watching a FIFO whose
+//! writer left instead of reading its end of file at every wait.
 
 // Unix only: pipes, sockets' urgent data.
 #![cfg(unix)]
@@ -115,7 +116,9 @@ fn urgent_data_is_priority(backend: Backend) {
     let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (server, _) = listener.accept().unwrap();
     server.set_nonblocking(true).unwrap();
-    waiter.add(&server, 4, Interest::PRIORITY).unwrap();
+    waiter
+        .add(&server, 4, Interest::READABLE | Interest::PRIORITY)
+        .unwrap();
     client.write_all(b"n").unwrap();
     // SAFETY: sends one byte from a live buffer on our own socket.
     let sent = unsafe { libc::send(client.as_raw_fd(), b"u".as_ptr().cast(), 1, libc::MSG_OOB) };

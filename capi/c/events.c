@@ -29,6 +29,19 @@ static uint64_t unconsumed(herdless_group group) {
     return st[0].unconsumed;
 }
 
+/* Registers `watched` with `data` and `interest`, closes `closed` (the pipe's other end), and
+ * returns the events bits of the one event that follows (its data checked), or -1. */
+static long long after_close(herdless_waiter w, int watched, int closed, uint64_t data,
+                             uint32_t interest) {
+    herdless_event ev[4];
+    if (herdless_add(w, watched, data, interest) != HERDLESS_OK) return -1;
+    close(closed);
+    int n = herdless_wait(w, ev, 4, 1000);
+    check("... one event, with its data", n == 1 && ev[0].data == data, 1);
+    herdless_delete(w, watched);
+    return n == 1 ? (long long)ev[0].events : -1;
+}
+
 int main(int argc, char **argv) {
     struct herdless_options options;
     herdless_options_init(&options);
@@ -79,25 +92,12 @@ int main(int argc, char **argv) {
     check("herdless_delete b", herdless_delete(w, b[0]), HERDLESS_OK);
 
     /* A writer that leaves: READABLE (a read returns 0) and HERDLESS_HANGUP. */
-    check("herdless_add c's read end, data 3", herdless_add(w, c[0], 3, HERDLESS_READABLE),
-          HERDLESS_OK);
-    close(c[1]);
-    check("herdless_wait: the hang-up", herdless_wait(w, ev, 4, 1000), 1);
-    check("... data 3", (long long)ev[0].data, 3);
-    check("... READABLE | HERDLESS_HANGUP", ev[0].events, HERDLESS_READABLE | HERDLESS_HANGUP);
-    check("herdless_delete c's read end", herdless_delete(w, c[0]), HERDLESS_OK);
-
+    check("the writer left: READABLE | HERDLESS_HANGUP",
+          after_close(w, c[0], c[1], 3, HERDLESS_READABLE), HERDLESS_READABLE | HERDLESS_HANGUP);
     /* A reader that leaves: the write end gets WRITABLE (a write fails with EPIPE) and
-     * HERDLESS_ERROR. */
-    check("herdless_add a's write end, data 4", herdless_add(w, a[1], 4, HERDLESS_WRITABLE),
-          HERDLESS_OK);
-    close(a[0]);
-    check("herdless_wait: the reader left", herdless_wait(w, ev, 4, 1000), 1);
-    check("... data 4", (long long)ev[0].data, 4);
-    check("... WRITABLE and HERDLESS_ERROR", ev[0].events & (HERDLESS_WRITABLE | HERDLESS_ERROR),
-          HERDLESS_WRITABLE | HERDLESS_ERROR);
-    check("... not READABLE (it asked for writing only)", ev[0].events & HERDLESS_READABLE, 0);
-    check("herdless_delete a's write end", herdless_delete(w, a[1]), HERDLESS_OK);
+     * HERDLESS_ERROR, not READABLE (it asked for writing only). */
+    check("the reader left: WRITABLE | HERDLESS_ERROR",
+          after_close(w, a[1], a[0], 4, HERDLESS_WRITABLE), HERDLESS_WRITABLE | HERDLESS_ERROR);
 
     /* herdless_found_nothing of data no event has: counted all the same. */
     struct herdless_member_stats st[1];

@@ -17,7 +17,7 @@ fn serve(waiter: &mut Waiter, listener: &TcpListener, stop: &AtomicBool) -> io::
     let (mut events, mut served) = (Events::default(), 0);
     loop {
         waiter.wait(&mut events, None)?; // also ended by a Notifier, or the stop pipe
-                                         // The stop pipe's write end closed: the hang-up, which stays until the pipe is gone.
+                                         // The stop pipe's write end closed: its hang-up, which stays until the pipe is gone.
         if stop.load(SeqCst) || events.iter().any(|e| e.key == STOP && e.is_read_closed()) {
             return Ok(served);
         }

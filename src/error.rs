@@ -207,8 +207,9 @@ pub enum Error {
         name: String,
     },
     /// The group's permissions do not let this process open it (another user's group). Its
-    /// creator gives other users of its group access with [`GroupBuilder::mode`](crate::GroupBuilder::mode)
-    /// (`0o660`), or run this process as the group's owner.
+    /// creator gives the users of its group access with
+    /// [`GroupBuilder::mode`](crate::GroupBuilder::mode) (`0o660`); or run this process as the
+    /// group's owner.
     #[error(
         "permission denied for the group named {name:?} (its mode or owner shuts this user out): \
          let its creator build it with GroupBuilder::mode(0o660) (or 0o666) for other users, or \

@@ -38,9 +38,10 @@
 //! # Example
 //!
 //! A member of a group waits on a socket the group shares (with more members, each message
-//! would wake one of them). A shared descriptor must be non-blocking: a wake-up can find nothing (another member read the message first), and a
-//! blocking read would hang there, so an exclusive registration of a blocking one is refused,
-//! with the fix in its message ([`Error::BlockingDescriptor`]).
+//! would wake one of them). A shared descriptor must be non-blocking: a wake-up can find
+//! nothing (another member read the message first), and a blocking read would hang there, so
+//! an exclusive registration of a blocking one is refused, with the fix in its message
+//! ([`Error::BlockingDescriptor`]).
 //!
 //! ```
 //! # #[cfg(unix)] {

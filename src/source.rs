@@ -21,10 +21,10 @@
 ///
 /// ```
 /// # #[cfg(unix)] {
-/// use herdless::{AsSource, Group, Interest};
+/// use herdless::{AsSource, Group, Interest, Waiter};
 /// use std::net::TcpListener;
 ///
-/// fn watch<S: AsSource + ?Sized>(waiter: &mut herdless::Waiter, source: &S) -> herdless::Result<()> {
+/// fn watch<S: AsSource + ?Sized>(waiter: &mut Waiter, source: &S) -> herdless::Result<()> {
 ///     waiter.add(source, 0, Interest::SHARED)
 /// }
 ///

@@ -25,10 +25,11 @@ fn refused_as_duplicate(refused: herdless::Result<()>, copy: &OwnedFd, registere
     match refused {
         Err(e @ Error::AlreadyRegistered { .. }) => {
             let message = e.to_string();
-            assert!(
-                matches!(e, Error::AlreadyRegistered { fd, registered: r } if fd == copy && r == registered),
-                "{e:?}"
-            );
+            let named = match &e {
+                Error::AlreadyRegistered { fd, registered } => (*fd, *registered),
+                _ => unreachable!(),
+            };
+            assert_eq!(named, (copy, registered), "{e:?}");
             assert!(
                 message.contains(&format!(
                     "descriptor {copy} is a duplicate of descriptor {registered}"

@@ -90,8 +90,8 @@ int main(int argc, char **argv) {
     /* The other entry points: herdless_add + herdless_wait hand out the data; stats count it.
      * (An empty herdless_poll first: it deletes what herdless_poll registered.) */
     check("empty array: herdless_poll's registrations deleted", herdless_poll(w, NULL, 0, 0), 0);
-    check("herdless_add a, data 77", herdless_add(w, a[0], 77, HERDLESS_READABLE | HERDLESS_EXCLUSIVE),
-          HERDLESS_OK);
+    check("herdless_add a, data 77",
+          herdless_add(w, a[0], 77, HERDLESS_READABLE | HERDLESS_EXCLUSIVE), HERDLESS_OK);
     herdless_event ev[4];
     check("herdless_wait: one event", herdless_wait(w, ev, 4, 1000), 1);
     check("... data 77", (long)ev[0].data, 77);

@@ -7,8 +7,8 @@
 //! calling thread blocks the signals it had not blocked itself (`pthread_sigmask`, the way
 //! `ppoll` swaps masks atomically), and the waiter watches a `signalfd` of exactly those
 //! signals, registered once as an ordinary (non-exclusive) descriptor under its own number (the
-//! C layer's Rust keys are descriptor numbers, each its own: `registry::key_of`). A signal sent meanwhile stays pending, the signalfd turns readable, the wait
-//! returns; the old mask is put back before the call returns, so the handler runs then, in
+//! C layer's Rust keys are descriptor numbers, each its own: `registry::key_of`). A signal sent
+//! meanwhile stays pending, the signalfd turns readable, the wait returns; the old mask is put back before the call returns, so the handler runs then, in
 //! this thread, before the caller sees −1 / `EINTR`. A signal that would run no handler
 //! (ignored, or a default action of ignore) is let through and the wait goes on with the time
 //! left; one whose default action stops or ends the process does so. Events found together

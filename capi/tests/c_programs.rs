@@ -3,7 +3,8 @@
 //! order, revents as poll() gives them and registrations that follow the array, bad input,
 //! seed 003's herd (threads on a pipe, forked processes on a POSIX message queue), the first
 //! program of docs/c.md, the flag bits against <poll.h>, a named group removed while in use,
-//! and what an event carries (the caller's data, hang-ups and errors). Each runs on both backends where the backend matters.
+//! and what an event carries (the caller's data, hang-ups and errors). Each runs on both
+//! backends where the backend matters.
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib into
 //! the same `deps` directory). Without a C compiler (`$CC`, else `cc`) the tests say so and

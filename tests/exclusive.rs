@@ -76,7 +76,7 @@ fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
             .collect();
         if pending
             .iter()
-            .all(|&t| herdless::counters::asleep_in_wait(std::process::id(), t))
+            .all(|&t| herdless_fixtures::counters::asleep_in_wait(std::process::id(), t))
         {
             break;
         }

@@ -165,7 +165,7 @@ impl Counters {
 /// A zero-filled memfd of `len` counters, close-on-exec.
 pub fn memfd(len: usize) -> io::Result<OwnedFd> {
     // SAFETY: a NUL-terminated name and flags; returns a fresh descriptor or -1.
-    let fd = unsafe { libc::memfd_create(b"herd-counters\0".as_ptr().cast(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(c"herd-counters".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -108,7 +108,7 @@ impl Sampler {
                     && prev.phase_began == phase_began
                     && prev.at >= phase_began + SETTLE
                     && s.ready_at.is_some_and(|r| r + YOUNG <= prev.at)
-                    && s.last_stopped.map_or(true, |t| t < prev.at)
+                    && s.last_stopped.is_none_or(|t| t < prev.at)
                     && s.stopped_until.is_none()
                     && s.serving();
                 let rates = match phase {

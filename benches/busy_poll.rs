@@ -191,7 +191,7 @@ mod unix {
             Duration::from_millis(100)
         });
         waiter
-            .add(unsafe_borrow(rx), 0, Interest::READABLE.exclusive())
+            .add(&unsafe_borrow(rx), 0, Interest::READABLE.exclusive())
             .unwrap();
         let mut events = Events::with_capacity(4);
         while total.load(SeqCst) < messages {

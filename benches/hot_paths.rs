@@ -142,7 +142,7 @@ mod unix {
             }
         }
         // SAFETY: the shared pipe's read end is open until the bench joins this thread.
-        let _ = waiter.delete(unsafe { BorrowedFd::borrow_raw(rx) });
+        let _ = waiter.delete(&unsafe { BorrowedFd::borrow_raw(rx) });
     }
 
     /// A pipe (read end, write end); the read end non-blocking if asked.

@@ -2,9 +2,9 @@
 # Builds the C library of herdless and installs it under a prefix, as cargo-c's `cinstall`
 # would, by hand (docs/c.md says why):
 #
-#   $PREFIX/lib/libherdless.so.0.1.0      shared library, SONAME libherdless.so.0
-#   $PREFIX/lib/libherdless.so.0 -> libherdless.so.0.1.0
-#   $PREFIX/lib/libherdless.so   -> libherdless.so.0   (what -lherdless finds)
+#   $PREFIX/lib/libherdless.so.1.1.0      shared library, SONAME libherdless.so.1
+#   $PREFIX/lib/libherdless.so.1 -> libherdless.so.1.1.0
+#   $PREFIX/lib/libherdless.so   -> libherdless.so.1   (what -lherdless finds)
 #   $PREFIX/lib/libherdless.a             static library: one prelinked object whose only
 #                                         global symbols are herdless_* (Rust's std inside is
 #                                         made local, so it cannot clash with another Rust
@@ -54,7 +54,7 @@ cd "$(dirname "$0")/.."
 # every incompatible change of include/herdless.h (while the crate is 0.x, cargo's minor
 # versions may break anything; the SONAME says what actually broke).
 name=herdless
-abi_major=0
+abi_major=1
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' capi/Cargo.toml | head -n 1)
 soname=lib$name.so.$abi_major
 case "$version" in

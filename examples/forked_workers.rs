@@ -17,10 +17,11 @@ fn serve(waiter: &mut Waiter, listener: &TcpListener, stop: &AtomicBool) -> io::
     let (mut events, mut served) = (Events::default(), 0);
     loop {
         waiter.wait(&mut events, None)?; // also ended by a Notifier, or the stop pipe
-        if stop.load(SeqCst) || events.iter().any(|e| e.key == STOP) {
+                                         // The stop pipe's write end closed: its hang-up, which stays until the pipe is gone.
+        if stop.load(SeqCst) || events.iter().any(|e| e.key == STOP && e.is_read_closed()) {
             return Ok(served);
         }
-        for event in events.iter() {
+        for event in events.iter().filter(|e| e.key == LISTENER) {
             let accepted = listener.accept();
             // Right after the accept, before the work, also when it found nothing: this
             // worker goes to the back of the line and the group watches the listener again.
@@ -52,8 +53,7 @@ fn with_threads(listener: &TcpListener) -> io::Result<()> {
         let mut workers = Vec::new();
         for _ in 0..WORKERS {
             let mut waiter = group.join()?; // one Waiter per worker
-            let shared = Interest::READABLE.exclusive().one_event_round_robin();
-            waiter.add(listener, LISTENER, shared)?;
+            waiter.add(listener, LISTENER, Interest::SHARED)?;
             let notifier = waiter.notifier(); // wakes this waiter from another thread
             let stop = &stop;
             workers.push((
@@ -94,7 +94,7 @@ fn with_processes(listener: &TcpListener) -> io::Result<()> {
                 drop(stop_w); // only the parent holds the write end
                 let served = (|| -> io::Result<u64> {
                     let mut waiter = group.join()?; // in the child, after fork
-                    waiter.add(listener, LISTENER, Interest::READABLE.exclusive())?;
+                    waiter.add(listener, LISTENER, Interest::SHARED)?;
                     waiter.add(&stop_r, STOP, Interest::READABLE)?; // not exclusive: wakes all
                     serve(&mut waiter, listener, &AtomicBool::new(false))
                 })();

@@ -2,7 +2,7 @@
 //! executables by fork + exec, the servers share one POSIX message queue, and clients send
 //! requests to it. Every server opens the named group and the queue **by name** (nothing is
 //! inherited but its stop and report pipes), joins, and waits with
-//! `Interest::READABLE.exclusive().one_event_round_robin()`: each request wakes one server, and
+//! `Interest::SHARED` (exclusive, one event per wait): each request wakes one server, and
 //! the servers take turns. When the clients are done and the queue is empty, the supervisor
 //! hangs up the stop pipe; each server reports the ids it served, and the supervisor prints
 //! per-server counts, lost and duplicated requests (must be 0) and Jain's fairness index.
@@ -45,7 +45,7 @@ fn main() {
 #[cfg(target_os = "linux")]
 mod service {
     use std::io;
-    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::os::unix::process::CommandExt;
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
@@ -429,10 +429,9 @@ mod service {
         let flags = MQ_OFlag::O_RDONLY | MQ_OFlag::O_NONBLOCK | MQ_OFlag::O_CLOEXEC;
         let queue = mq_open(queue_name, flags, Mode::empty(), None)?;
         let mut waiter = group.join()?;
-        let shared = Interest::READABLE.exclusive().one_event_round_robin();
-        waiter.add(queue.as_fd(), QUEUE, shared)?;
+        waiter.add(&queue, QUEUE, Interest::SHARED)?;
         waiter.add(&stop, STOP, Interest::READABLE)?;
-        let start = herdless::counters::thread_voluntary_switches().unwrap_or(0);
+        let start = herdless_fixtures::counters::thread_voluntary_switches().unwrap_or(0);
         // SAFETY: gettid has no arguments and cannot fail.
         write_all(ready.as_raw_fd(), &unsafe { libc::gettid() }.to_ne_bytes())?;
         drop(ready);
@@ -459,7 +458,8 @@ mod service {
                 }
             }
         }
-        let switches = herdless::counters::thread_voluntary_switches().unwrap_or(0) - start;
+        let switches =
+            herdless_fixtures::counters::thread_voluntary_switches().unwrap_or(0) - start;
         // The supervisor hangs up once the queue is empty; take anything left all the same.
         while mq_receive(&queue, &mut buf, &mut 0).is_ok() {
             served.push(u64::from_ne_bytes(buf));

@@ -54,17 +54,19 @@ extern "C" {
 #define HERDLESS_ROTATE_ADAPTIVE UINT32_MAX
 
 /**
- * Interest and event bit: readable (or a pending connection, or hung up).
+ * Interest and event bit: readable (or a pending connection; as an event also set when the
+ * other end hung up or an error is pending, so that a read returns at once).
  */
 #define HERDLESS_READABLE 1
 
 /**
- * Interest and event bit: writable.
+ * Interest and event bit: writable (as an event also set on a hang-up or an error, for a
+ * registration that asked for it).
  */
 #define HERDLESS_WRITABLE 2
 
 /**
- * Interest bit: urgent data (EPOLLPRI); not with HERDLESS_EXCLUSIVE.
+ * Interest and event bit: urgent data (EPOLLPRI); not with HERDLESS_EXCLUSIVE.
  */
 #define HERDLESS_PRIORITY 4
 
@@ -77,6 +79,21 @@ extern "C" {
  * Interest bit: a wait returns at most one event, ready descriptors served in turn (POLLONE).
  */
 #define HERDLESS_ONE_EVENT 16
+
+/**
+ * Event bit: the other end hung up (POLLHUP): reads return end of file once the data left is
+ * read (a pipe or FIFO whose writers all closed, a socket closed both ways). It stays set at
+ * every wait: herdless_delete the descriptor, or close it. Never an interest bit (the kernel
+ * always reports it).
+ */
+#define HERDLESS_HANGUP 32
+
+/**
+ * Event bit: an error is pending on the descriptor (POLLERR: a failed connect, a reset
+ * connection, a pipe with no reader left); the next read or write, or SO_ERROR, says which.
+ * Never an interest bit.
+ */
+#define HERDLESS_ERROR 64
 
 /**
  * herdless_group_origin: the group is new (every group of herdless_group_new; a name no
@@ -121,7 +138,7 @@ extern "C" {
 #define HERDLESS_EWRONGPROCESS -1003
 
 /**
- * An argument is out of range: options, interest bits, key, capacity, timeout, nfds. errno
+ * An argument is out of range: options, interest bits, capacity, timeout, nfds. errno
  * EINVAL.
  */
 #define HERDLESS_EINVAL -1004
@@ -138,7 +155,9 @@ extern "C" {
 #define HERDLESS_EUNWATCHABLE -1006
 
 /**
- * The descriptor is already registered with this waiter (use herdless_modify). errno EEXIST.
+ * The descriptor is already registered with this waiter (use herdless_modify), or it is a
+ * duplicate (dup) of a registered one where either registration is exclusive (the message
+ * names the registered number). errno EEXIST.
  */
 #define HERDLESS_EEXIST -1007
 
@@ -318,11 +337,14 @@ typedef size_t herdless_fd;
  */
 typedef struct herdless_event {
   /**
-   * The key given to herdless_add.
+   * The data given to herdless_add (or herdless_modify) for the descriptor: the caller's
+   * own, any value, shared by several descriptors if the caller wants; the descriptor
+   * itself for one herdless_poll registered.
    */
-  size_t key;
+  uint64_t data;
   /**
-   * HERDLESS_READABLE and/or HERDLESS_WRITABLE.
+   * HERDLESS_READABLE, HERDLESS_WRITABLE, HERDLESS_PRIORITY, HERDLESS_HANGUP,
+   * HERDLESS_ERROR.
    */
   uint32_t events;
 } herdless_event;
@@ -369,6 +391,12 @@ typedef struct herdless_member_stats {
    * backend).
    */
   uint64_t token_wakeups;
+  /**
+   * Events of exclusive descriptors that the member's next herdless_wait or herdless_poll
+   * had to consume because herdless_consumed (or herdless_found_nothing) was not called for
+   * them: a count that grows says a herdless_consumed is missing from the loop.
+   */
+  uint64_t unconsumed;
 } herdless_member_stats;
 
 /**
@@ -516,9 +544,13 @@ int herdless_leave(struct herdless_waiter waiter);
 int herdless_member(struct herdless_waiter waiter);
 
 /**
- * Registers `fd` under `key` for `interest` (HERDLESS_READABLE / HERDLESS_WRITABLE /
- * HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). Keep `fd` open until
- * it is deleted. Keys from UINTPTR_MAX - 2 up are reserved.
+ * Registers `fd` with `data` for `interest` (HERDLESS_READABLE / HERDLESS_WRITABLE /
+ * HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). `data` is the
+ * caller's own, as epoll's: any value (a pointer, an index), none reserved, and several
+ * descriptors may share one; every herdless_event of `fd` carries it. Keep `fd` open until it
+ * is deleted. A duplicate (dup) of a descriptor registered with this waiter is refused with
+ * HERDLESS_EEXIST when either registration is exclusive (the message names the registered
+ * number).
  *
  * With HERDLESS_EXCLUSIVE, `fd` must be non-blocking (O_NONBLOCK set: fcntl, or mq_open's
  * flags): a wake-up can find nothing, and a blocking read would hang the member. A blocking
@@ -530,15 +562,18 @@ int herdless_member(struct herdless_waiter waiter);
  * HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY, HERDLESS_EREMOVED (a named
  * group removed by force). Nothing changes on error.
  */
-int herdless_add(struct herdless_waiter waiter, herdless_fd fd, size_t key, uint32_t interest);
+int herdless_add(struct herdless_waiter waiter, herdless_fd fd, uint64_t data, uint32_t interest);
 
 /**
- * Changes the key or interest of a registered `fd` (an exclusive registration is deleted and
+ * Changes the data or interest of a registered `fd` (an exclusive registration is deleted and
  * added again, which the caller never sees).
  *
  * Returns HERDLESS_OK, or as herdless_add, with HERDLESS_ENOENT for an fd never added.
  */
-int herdless_modify(struct herdless_waiter waiter, herdless_fd fd, size_t key, uint32_t interest);
+int herdless_modify(struct herdless_waiter waiter,
+                    herdless_fd fd,
+                    uint64_t data,
+                    uint32_t interest);
 
 /**
  * Stops watching `fd` (also one herdless_poll registered: the next herdless_poll that lists it
@@ -573,27 +608,29 @@ int herdless_wait(struct herdless_waiter waiter,
                   int timeout_ms);
 
 /**
- * Says that the readiness of the event with `key` has been consumed (the message read, the
+ * Says that the readiness of the event with `data` has been consumed (the message read, the
  * connection accepted). Call it right after the read and before handling the request: then
  * the group watches the descriptor again without waking two members for one message, and this
  * waiter goes to the back of the line. The next herdless_wait or herdless_poll does it
- * anyway. A key with no event outstanding is ignored. For descriptors registered by
- * herdless_poll, the key is the descriptor itself.
+ * anyway (and counts it in herdless_member_stats.unconsumed). Every event of the last wait
+ * with that data is consumed (several descriptors may share one); data with no event
+ * outstanding is ignored. For descriptors registered by herdless_poll, the data is the
+ * descriptor itself.
  *
  * Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
  */
-int herdless_consumed(struct herdless_waiter waiter, size_t key);
+int herdless_consumed(struct herdless_waiter waiter, uint64_t data);
 
 /**
- * Says that the event with `key` found nothing: the read or accept failed with EAGAIN
+ * Says that the event with `data` found nothing: the read or accept failed with EAGAIN
  * (EWOULDBLOCK), another member having taken the message first. It counts one empty wake-up
  * for this member (herdless_member_stats.empty_wakeups) and then does what herdless_consumed
  * does: call it instead of herdless_consumed for that event, not as well. For descriptors
- * registered by herdless_poll, the key is the descriptor itself.
+ * registered by herdless_poll, the data is the descriptor itself.
  *
  * Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
  */
-int herdless_found_nothing(struct herdless_waiter waiter, size_t key);
+int herdless_found_nothing(struct herdless_waiter waiter, uint64_t data);
 
 /**
  * Wakes the waiter's herdless_wait or herdless_poll, which then returns 0. May be called from

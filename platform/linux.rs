@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::contract::Rotation;
 use crate::doorbell::{Bell, Doorbells};
 use crate::error::{Error, Result};
-use crate::interest::{Event, Events, Interest};
+use crate::interest::{Event, Events, Interest, Readiness};
 use crate::registry::{self, FileId, Registry};
 use crate::shared::{MemberSlot, SharedState};
 use crate::turn;
@@ -91,6 +91,9 @@ struct Registration {
     gen: u64,
     /// Events of this (exclusive) descriptor handed out since its entry last went to the tail.
     handed: u32,
+    /// Was its last event handed out by the last `wait` and not consumed yet (exclusive only)?
+    /// The next `wait` counts it (`MemberStats::unconsumed`).
+    outstanding: bool,
     /// The group's count of handed exclusive events (`native_handed`) just after this member
     /// was handed its last event of this descriptor: if the count moved by the time the member
     /// consumed it, the event overlapped another one (`Adaptive` only).
@@ -100,6 +103,9 @@ struct Registration {
 impl registry::Registered for Registration {
     fn interest(&self) -> Interest {
         self.interest
+    }
+    fn file(&self) -> FileId {
+        self.file
     }
 }
 
@@ -198,6 +204,7 @@ impl NativeWaiter {
     }
 
     pub(crate) fn consumed(&mut self, key: usize) -> Result<()> {
+        self.settle_outstanding(Some(key));
         // Usually one pending descriptor: no allocation on this hot path.
         let mut i = 0;
         while i < self.rotate_pending.len() {
@@ -349,7 +356,12 @@ impl NativeWaiter {
         on_death: OnDeath<'_>,
     ) -> Result<usize> {
         self.note_back();
-        // Coming back to wait means the last events were consumed.
+        // Coming back to wait means the last events were consumed: those the caller did not
+        // say so for are counted.
+        let unconsumed = self.settle_outstanding(None);
+        if unconsumed > 0 {
+            slot.unconsumed.add(unconsumed);
+        }
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
         }
@@ -488,13 +500,9 @@ impl NativeWaiter {
         let Some(reg) = self.registrations.get_mut(&fd) else {
             return false;
         };
-        events.push(Event {
-            key: reg.key,
-            readable: flags
-                & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLHUP | libc::EPOLLERR) as u32
-                != 0,
-            writable: flags & (libc::EPOLLOUT | libc::EPOLLERR) as u32 != 0,
-        });
+        let ready = Readiness::from_poll(flags as libc::c_int);
+        events.push(Event::new(reg.key, reg.interest, ready));
+        reg.outstanding = reg.interest.is_exclusive();
         let mut noted = false;
         if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
             reg.handed += 1;
@@ -509,6 +517,22 @@ impl NativeWaiter {
             }
         }
         noted
+    }
+
+    /// The caller consumed the events with `key` (`None`: all of them, at the next `wait`):
+    /// they are no longer outstanding. Returns how many were. One look per exclusive
+    /// registration.
+    fn settle_outstanding(&mut self, key: Option<usize>) -> u64 {
+        let mut settled = 0;
+        for fd in &self.exclusive {
+            if let Some(reg) = self.registrations.get_mut(fd) {
+                if reg.outstanding && key.is_none_or(|k| k == reg.key) {
+                    reg.outstanding = false;
+                    settled += 1;
+                }
+            }
+        }
+        settled
     }
 
     pub(crate) fn notifier(&self) -> NativeNotifier {

@@ -36,7 +36,7 @@ pub type RawSource = std::os::windows::io::RawSocket;
 #[non_exhaustive]
 pub enum Error {
     /// The chosen backend cannot work here: not this OS, or the kernel refused the flag.
-    #[error("the {backend:?} backend is not available here: {reason}")]
+    #[error("the {backend:?} backend is not available here: {reason}; build the group with Backend::Auto (or Backend::Emulated), which works on every system")]
     BackendUnavailable {
         /// The backend that was asked for.
         backend: Backend,
@@ -44,12 +44,13 @@ pub enum Error {
         reason: String,
     },
     /// The descriptor is not open (closed, or never opened).
-    #[error("descriptor {fd} is not open (closed or never opened)")]
+    #[error("descriptor {fd} is not open (closed or never opened): register a descriptor while it is open, and delete it before closing it")]
     BadDescriptor {
         /// The descriptor number.
         fd: RawSource,
     },
-    /// The kernel will not watch this kind of descriptor (a regular file or a directory).
+    /// The kernel will not watch this kind of descriptor (a regular file or a directory), or
+    /// not exclusively. The reason names what the descriptor is and what to do instead.
     #[error("descriptor {fd} cannot be watched: {reason}")]
     UnwatchableDescriptor {
         /// The descriptor number.
@@ -68,36 +69,41 @@ pub enum Error {
         /// The descriptor number.
         fd: RawSource,
     },
-    /// The descriptor is already registered with this waiter.
-    #[error("descriptor {fd} is already registered with this waiter (use modify)")]
+    /// The open file behind the descriptor is already registered with this waiter: under the
+    /// same number, or under another descriptor of the same open file and direction (a
+    /// `dup`, `dup2` or `F_DUPFD` of it) where either registration is exclusive. One open file
+    /// registered twice would give each of its events twice (the second read finding
+    /// nothing), and an exclusive one would take its turns twice. `registered` is the number
+    /// it is registered under: `fd` itself, or the descriptor `fd` duplicates. The same on
+    /// both backends.
+    #[error("{}", already_text(*.fd, *.registered))]
     AlreadyRegistered {
-        /// The descriptor number.
+        /// The descriptor number that was to be registered.
         fd: RawSource,
+        /// The number the open file is registered under: `fd`, or the descriptor `fd` is a
+        /// duplicate of.
+        registered: RawSource,
     },
     /// The descriptor was never registered with this waiter (or was deleted).
-    #[error("descriptor {fd} is not registered with this waiter")]
+    #[error("descriptor {fd} is not registered with this waiter: add it first (Waiter::add)")]
     NotRegistered {
         /// The descriptor number.
         fd: RawSource,
     },
-    /// The key is reserved by herdless for its own wake-ups.
-    #[error("key {key} is reserved by herdless (keys from usize::MAX - 1 up are internal)")]
-    ReservedKey {
-        /// The key that was refused.
-        key: usize,
-    },
-    /// The interest asks for a combination no backend can honour.
+    /// The interest asks for a combination no backend can honour. The reason says which
+    /// interest to ask for instead.
     #[error("refused interest: {reason}")]
     InvalidInterest {
         /// Why it was refused.
         reason: &'static str,
     },
     /// `wait` was given an `Events` buffer that cannot hold a single event.
-    #[error("the Events buffer has capacity 0: it cannot receive an event")]
+    #[error("the Events buffer has capacity 0: it cannot receive an event; make it with Events::default() or Events::with_capacity(n) for n of 1 or more")]
     ZeroCapacity,
     /// The group has no free member slot.
     #[error(
-        "the group is full: it was built for at most {max} members (GroupBuilder::max_members)"
+        "the group is full: it was built for at most {max} members; build it with a larger \
+         GroupBuilder::max_members (at most 16384), or let a member leave first"
     )]
     GroupFull {
         /// The group's size.
@@ -124,7 +130,7 @@ pub enum Error {
         /// The process that used it.
         current_pid: u32,
     },
-    /// A builder setting is out of range.
+    /// A builder setting is out of range. The reason names the setting and its range.
     #[error("invalid group setting: {reason}")]
     InvalidSetting {
         /// What is wrong with it.
@@ -159,8 +165,11 @@ pub enum Error {
         expected: u32,
     },
     /// The shared memory under a group's name is not a valid herdless group (garbage, or
-    /// truncated); nothing of it was used.
-    #[error("the group named {name:?} is not a valid herdless group: {reason}")]
+    /// truncated, or overwritten under its members); nothing of it was used. Drop the
+    /// `Waiter`s and `Group`s of it, then remove the name ([`Group::remove`](crate::Group::remove),
+    /// or [`Group::remove_forced`](crate::Group::remove_forced) while other processes still
+    /// have it open) and build the group again.
+    #[error("the group named {name:?} is not a valid herdless group: {reason}; drop its Waiters and Groups, remove it (Group::remove, or Group::remove_forced while others have it open) and build it again")]
     CorruptGroup {
         /// The group's name.
         name: String,
@@ -197,15 +206,20 @@ pub enum Error {
         /// The group's name.
         name: String,
     },
-    /// The group's permissions do not let this process open it (another user's group).
+    /// The group's permissions do not let this process open it (another user's group). Its
+    /// creator gives the users of its group access with
+    /// [`GroupBuilder::mode`](crate::GroupBuilder::mode) (`0o660`); or run this process as the
+    /// group's owner.
     #[error(
-        "permission denied for the group named {name:?} (its mode or owner shuts this user out)"
+        "permission denied for the group named {name:?} (its mode or owner shuts this user out): \
+         let its creator build it with GroupBuilder::mode(0o660) (or 0o666) for other users, or \
+         run this process as its owner"
     )]
     PermissionDenied {
         /// The group's name.
         name: String,
     },
-    /// A group name this platform cannot use.
+    /// A group name this platform cannot use. The reason gives the rule names follow.
     #[error("invalid group name {name:?}: {reason}")]
     InvalidGroupName {
         /// The name asked for.
@@ -213,7 +227,7 @@ pub enum Error {
         /// The rule it breaks.
         reason: String,
     },
-    /// Something this platform does not offer.
+    /// Something this platform does not offer. The reason says what to use instead.
     #[error("{what} is not supported on this platform: {reason}")]
     Unsupported {
         /// What was asked for.
@@ -221,7 +235,8 @@ pub enum Error {
         /// Why not.
         reason: &'static str,
     },
-    /// Any other failure of the operating system.
+    /// Any other failure of the operating system: what herdless was doing, and what the
+    /// system said (which names the remedy: a limit to raise, a permission to grant).
     #[error("{context}: {source}")]
     Io {
         /// What herdless was doing.
@@ -247,14 +262,14 @@ impl Error {
             Error::BadDescriptor { .. }
             | Error::UnwatchableDescriptor { .. }
             | Error::BlockingDescriptor { .. }
-            | Error::ReservedKey { .. }
             | Error::InvalidInterest { .. }
             | Error::ZeroCapacity
             | Error::InvalidSetting { .. }
             | Error::ForkedWaiter { .. } => io::ErrorKind::InvalidInput,
             Error::AlreadyRegistered { .. } => io::ErrorKind::AlreadyExists,
             Error::NotRegistered { .. } => io::ErrorKind::NotFound,
-            Error::GroupFull { .. } | Error::TooManySources { .. } => io::ErrorKind::OutOfMemory,
+            // A limit set when the group was built, as a quota is (`EDQUOT` is QuotaExceeded).
+            Error::GroupFull { .. } | Error::TooManySources { .. } => io::ErrorKind::QuotaExceeded,
             Error::GroupNotFound { .. } => io::ErrorKind::NotFound,
             Error::GroupSettingsDiffer { .. } | Error::InvalidGroupName { .. } => {
                 io::ErrorKind::InvalidInput
@@ -269,6 +284,21 @@ impl Error {
             Error::Io { source, .. } => source.kind(),
         }
     }
+}
+
+/// The message of [`Error::AlreadyRegistered`]: the same number, or a duplicate of another.
+fn already_text(fd: RawSource, registered: RawSource) -> String {
+    if fd == registered {
+        return format!(
+            "descriptor {fd} is already registered with this waiter: change it with \
+             Waiter::modify, or delete it first"
+        );
+    }
+    format!(
+        "descriptor {fd} is a duplicate of descriptor {registered} (the same open file), which \
+         is registered with this waiter: register one descriptor per open file (change \
+         {registered} with Waiter::modify, or delete it first)"
+    )
 }
 
 /// Who uses a group that [`Error::GroupInUse`] refused to remove, in words: "members 0 (process
@@ -300,17 +330,29 @@ pub(crate) fn eperm_reason(fd: RawSource) -> &'static str {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat only reads the descriptor number and writes the live struct.
     if unsafe { libc::fstat(fd, &mut st) } == -1 {
-        return "the poller refuses it (EPERM)";
+        return "the poller refuses it (EPERM); herdless watches pipes, FIFOs, sockets and message \
+                queues";
     }
     match st.st_mode & libc::S_IFMT {
         libc::S_IFCHR => {
             "a character device that does not support readiness polling (EPERM), such as \
-             /dev/null or /dev/zero"
+             /dev/null or /dev/zero: read or write it without waiting for it"
         }
-        libc::S_IFBLK => "a block device: readiness polling does not apply (EPERM)",
-        libc::S_IFREG => "a regular file is always ready: readiness polling does not apply (EPERM)",
-        libc::S_IFDIR => "a directory cannot be polled (EPERM)",
-        _ => "the poller refuses this kind of descriptor (EPERM)",
+        libc::S_IFBLK => {
+            "a block device: readiness polling does not apply (EPERM); read or write it without \
+             waiting for it"
+        }
+        libc::S_IFREG => {
+            "a regular file is always ready: readiness polling does not apply (EPERM); read it \
+             without waiting for it"
+        }
+        libc::S_IFDIR => {
+            "a directory cannot be polled (EPERM); watch a pipe, a socket or a queue instead"
+        }
+        _ => {
+            "the poller refuses this kind of descriptor (EPERM); herdless watches pipes, FIFOs, \
+             sockets and message queues"
+        }
     }
 }
 
@@ -343,5 +385,206 @@ impl From<io::Error> for Error {
 impl From<Error> for io::Error {
     fn from(err: Error) -> io::Error {
         io::Error::new(err.kind(), err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One error of each variant, with the words of its remedy: every message names one.
+    fn each_variant() -> Vec<(Error, &'static str)> {
+        let name = || "svc".to_string();
+        vec![
+            (
+                Error::BackendUnavailable {
+                    backend: Backend::Native,
+                    reason: "no EPOLLEXCLUSIVE".into(),
+                },
+                "Backend::Auto",
+            ),
+            (Error::BadDescriptor { fd: 3 }, "while it is open"),
+            (
+                Error::UnwatchableDescriptor {
+                    fd: 3,
+                    reason: "a directory cannot be polled (EPERM); watch a pipe, a socket or a \
+                             queue instead",
+                },
+                "instead",
+            ),
+            (Error::BlockingDescriptor { fd: 3 }, "set it non-blocking"),
+            (
+                Error::AlreadyRegistered {
+                    fd: 3,
+                    registered: 3,
+                },
+                "Waiter::modify",
+            ),
+            (
+                Error::AlreadyRegistered {
+                    fd: 4,
+                    registered: 3,
+                },
+                "change 3 with Waiter::modify",
+            ),
+            (Error::NotRegistered { fd: 3 }, "Waiter::add"),
+            (
+                Error::InvalidInterest {
+                    reason: "priority with exclusive: register priority data without exclusive",
+                },
+                "without exclusive",
+            ),
+            (Error::ZeroCapacity, "Events::default()"),
+            (Error::GroupFull { max: 2 }, "GroupBuilder::max_members"),
+            (
+                Error::TooManySources { max: 2 },
+                "GroupBuilder::max_exclusive_descriptors",
+            ),
+            (
+                Error::ForkedWaiter {
+                    joined_pid: 1,
+                    current_pid: 2,
+                },
+                "join the group again",
+            ),
+            (
+                Error::InvalidSetting {
+                    reason: "max_members must be between 1 and 16384, not 0".into(),
+                },
+                "must be between",
+            ),
+            (
+                Error::GroupNotFound { name: name() },
+                "Group::builder().name",
+            ),
+            (
+                Error::GroupSettingsDiffer {
+                    name: name(),
+                    setting: "max_members",
+                    group: "8".into(),
+                    asked: "4".into(),
+                },
+                "Group::open",
+            ),
+            (
+                Error::IncompatibleGroup {
+                    name: name(),
+                    found: 1,
+                    expected: 2,
+                },
+                "remove it",
+            ),
+            (
+                Error::CorruptGroup {
+                    name: name(),
+                    reason: "no magic word".into(),
+                },
+                "Group::remove",
+            ),
+            (
+                Error::GroupInUse {
+                    name: name(),
+                    members: vec![(0, 12)],
+                    opened_by: Some(40),
+                },
+                "Group::remove_forced",
+            ),
+            (Error::GroupRemoved { name: name() }, "open the group again"),
+            (
+                Error::PermissionDenied { name: name() },
+                "GroupBuilder::mode",
+            ),
+            (
+                Error::InvalidGroupName {
+                    name: "a/b".into(),
+                    reason: "'/' is not allowed: use letters, digits, '.', '_' and '-' only".into(),
+                },
+                "use letters",
+            ),
+            (
+                Error::Unsupported {
+                    what: "a named group",
+                    reason: "on Windows build the group once and share it between threads",
+                },
+                "share it between threads",
+            ),
+            (
+                Error::io(
+                    "making the shared memory",
+                    io::Error::from(io::ErrorKind::OutOfMemory),
+                ),
+                "making the shared memory",
+            ),
+        ]
+    }
+
+    /// Every variant is in `each_variant` (a new one fails to compile here until it is).
+    fn listed(e: &Error) {
+        match e {
+            Error::BackendUnavailable { .. }
+            | Error::BadDescriptor { .. }
+            | Error::UnwatchableDescriptor { .. }
+            | Error::BlockingDescriptor { .. }
+            | Error::AlreadyRegistered { .. }
+            | Error::NotRegistered { .. }
+            | Error::InvalidInterest { .. }
+            | Error::ZeroCapacity
+            | Error::GroupFull { .. }
+            | Error::TooManySources { .. }
+            | Error::ForkedWaiter { .. }
+            | Error::InvalidSetting { .. }
+            | Error::GroupNotFound { .. }
+            | Error::GroupSettingsDiffer { .. }
+            | Error::IncompatibleGroup { .. }
+            | Error::CorruptGroup { .. }
+            | Error::GroupInUse { .. }
+            | Error::GroupRemoved { .. }
+            | Error::PermissionDenied { .. }
+            | Error::InvalidGroupName { .. }
+            | Error::Unsupported { .. }
+            | Error::Io { .. } => {}
+        }
+    }
+
+    #[test]
+    fn every_message_names_its_remedy() {
+        let all = each_variant();
+        assert_eq!(
+            all.len(),
+            23,
+            "one of each variant (two of AlreadyRegistered)"
+        );
+        for (e, remedy) in &all {
+            listed(e);
+            let message = e.to_string();
+            assert!(message.contains(remedy), "{remedy:?} not in {message:?}");
+        }
+    }
+
+    /// The limits a group was built with are quotas; the rest as the standard library names
+    /// them.
+    #[test]
+    fn the_io_kinds_fit() {
+        let kind = |e: Error| io::Error::from(e).kind();
+        assert_eq!(
+            kind(Error::GroupFull { max: 2 }),
+            io::ErrorKind::QuotaExceeded
+        );
+        assert_eq!(
+            kind(Error::TooManySources { max: 2 }),
+            io::ErrorKind::QuotaExceeded
+        );
+        assert_eq!(
+            kind(Error::AlreadyRegistered {
+                fd: 4,
+                registered: 3
+            }),
+            io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(
+            kind(Error::NotRegistered { fd: 3 }),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(kind(Error::ZeroCapacity), io::ErrorKind::InvalidInput);
     }
 }

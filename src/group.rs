@@ -363,6 +363,26 @@ impl std::fmt::Debug for Group {
 }
 
 impl Group {
+    /// A group with the default settings: `Backend::Auto`, [`Rotation::Adaptive`], 64
+    /// members; `Group::builder().build()`. Make it before the threads start or the workers
+    /// fork, then [`join`](Self::join) it in each.
+    ///
+    /// ```
+    /// let group = herdless::Group::new()?;
+    /// assert_eq!(group.max_members(), 64);
+    /// let waiter = group.join()?;
+    /// # drop(waiter);
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`GroupBuilder::build`] for an anonymous group: [`Error::Io`] if the shared memory
+    /// or the door bells cannot be made.
+    pub fn new() -> Result<Group> {
+        Group::builder().build()
+    }
+
     /// Starts building a group: `Backend::Auto`, [`Rotation::Adaptive`], 64 members. Example:
     /// see [`GroupBuilder`].
     pub fn builder() -> GroupBuilder {
@@ -557,11 +577,11 @@ impl Group {
     /// use std::os::unix::net::UnixStream;
     /// use std::time::Duration;
     ///
-    /// let group = Group::builder().build()?;
+    /// let group = Group::new()?;
     /// let mut waiter = group.join()?;
     /// let (mut tx, rx) = UnixStream::pair()?;
     /// rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
-    /// waiter.add(&rx, 0, Interest::READABLE.exclusive())?;
+    /// waiter.add(&rx, 0, Interest::SHARED)?;
     /// tx.write_all(b"x")?;
     /// waiter.wait(&mut Events::default(), Some(Duration::from_secs(5)))?;
     /// let me = &group.stats()[0];

@@ -25,71 +25,56 @@
 //!
 //! # Using it
 //!
-//! Build a [`Group`] before starting workers ([`GroupBuilder::max_members`]: 64 unless you say
-//! otherwise); in each worker [`Group::join`] it, [`Waiter::add`] the shared, non-blocking
-//! descriptor with [`Interest::exclusive`], then loop: [`Waiter::wait`], one accept or read per
-//! event, [`Waiter::consumed`] at once (its docs say exactly when, and what happens without
-//! it; [`Waiter::found_nothing`] instead after a read that found nothing), then the work. Stop threads with a [`Notifier`]; forked workers with a pipe's hang-up.
+//! Make a [`Group`] before starting workers ([`Group::new`]; [`Group::builder`] for settings:
+//! 64 members unless [`GroupBuilder::max_members`] says otherwise); in each worker
+//! [`Group::join`] it, [`Waiter::add`] the shared, non-blocking descriptor with
+//! [`Interest::SHARED`], then loop: [`Waiter::wait`], one accept or read per event,
+//! [`Waiter::consumed`] at once (its docs say exactly when, and what happens without it;
+//! [`Waiter::found_nothing`] instead after a read that found nothing), then the work. Stop
+//! threads with a [`Notifier`]; forked workers with a pipe's hang-up ([`Event::is_read_closed`]).
 //! Four threads on one listener: `examples/quick_start.rs`, the README's quick start; threads
 //! and forked workers with a clean stop: `examples/forked_workers.rs`.
 //!
-//! # Example, on a pipe
+//! # Example
 //!
-//! A shared descriptor must be non-blocking: a wake-up can find nothing (another member read
-//! the message first), and a blocking read would hang there. So an `exclusive` registration of
-//! a blocking one is refused, with the fix in its message ([`Error::BlockingDescriptor`]). A
-//! read that finds nothing is reported with [`Waiter::found_nothing`], which counts it in
-//! [`Group::stats`] and consumes the event.
+//! A member of a group waits on a socket the group shares (with more members, each message
+//! would wake one of them). A shared descriptor must be non-blocking: a wake-up can find
+//! nothing (another member read the message first), and a blocking read would hang there, so
+//! an exclusive registration of a blocking one is refused, with the fix in its message
+//! ([`Error::BlockingDescriptor`]).
 //!
 //! ```
 //! # #[cfg(unix)] {
-//! use herdless::{Error, Events, Group, Interest};
-//! use nix::fcntl::{fcntl, FcntlArg, OFlag};
-//! use std::fs::File;
-//! use std::io::{ErrorKind, Read, Write};
-//! use std::os::fd::AsRawFd;
+//! use herdless::{Events, Group, Interest};
+//! use std::io::{Read, Write};
+//! use std::os::unix::net::UnixStream;
 //! use std::time::Duration;
 //!
-//! let group = Group::builder().build()?; // built before threads or fork
-//! let (rx, tx) = nix::unistd::pipe()?; // (nix 0.29; any pipe will do)
-//! let (mut rx, mut tx) = (File::from(rx), File::from(tx));
+//! let group = Group::new()?; // made before the threads start, or before fork
+//! let (mut tx, mut rx) = UnixStream::pair()?;
+//! rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
 //! let mut waiter = group.join()?; // one per thread or process
-//! let shared = Interest::READABLE.exclusive().one_event_round_robin();
-//! let refused = waiter.add(&rx, 0, shared);
-//! assert!(matches!(refused, Err(Error::BlockingDescriptor { .. }))); // blocking: refused
-//! fcntl(rx.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
-//! waiter.add(&rx, 0, shared)?;
+//! waiter.add(&rx, 0, Interest::SHARED)?; // 0: this registration's key, any number of yours
 //! tx.write_all(b"job")?;
-//! let mut events = Events::with_capacity(16);
+//! let mut events = Events::default();
 //! waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
-//! for event in events.iter() {
-//!     let mut buf = [0; 64];
-//!     match rx.read(&mut buf) {
-//!         Ok(n) => {
-//!             waiter.consumed(event.key)?; // the readiness is consumed: the group may go on
-//!             assert_eq!(&buf[..n], b"job"); // then the work
-//!         }
-//!         Err(e) if e.kind() == ErrorKind::WouldBlock => waiter.found_nothing(event.key)?,
-//!         Err(e) => return Err(e.into()),
-//!     }
-//! }
-//! assert_eq!(group.stats()[0].empty_wakeups, 0); // alone, it never finds nothing
-//! waiter.delete(&rx)?;
+//! let mut buf = [0; 64];
+//! let n = rx.read(&mut buf)?;
+//! waiter.consumed(0)?; // read: the next message may go to another member
+//! assert_eq!(&buf[..n], b"job"); // then the work
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! An [`Event`] says what the descriptor is ready for (mio's names: [`Event::is_readable`],
+//! [`Event::is_read_closed`], [`Event::is_error`], ...) under its registration's key; a read
+//! that finds nothing is reported with [`Waiter::found_nothing`], counted in
+//! [`Group::stats`].
 
 #![warn(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod contract;
-/// Kernel wake-up counters: the lab's measuring tool (`examples/herd`), not part of the API
-/// that herdless promises; hidden from these docs and free to change. Linux counts per thread
-/// (`RUSAGE_THREAD`); other Unix systems per process, which equals the thread's figure only in a
-/// single-threaded worker; elsewhere nothing (`None`). `counters::asleep_in_wait` reads
-/// `/proc` and exists on Linux only.
-#[doc(hidden)]
-pub mod counters;
 mod doorbell;
 mod emulated;
 mod error;
@@ -126,5 +111,8 @@ pub use source::AsSource;
 pub use stats::MemberStats;
 pub use waiter::{Notifier, Waiter};
 
+/// Hooks for herdless's own fault tests (feature `fault-injection`, which its test fixtures turn
+/// on): not part of the API, absent from a default build, free to change in any release.
+#[cfg(all(unix, not(loom), feature = "fault-injection"))]
 #[doc(hidden)]
-pub use members::testing as __testing;
+pub use members::testing;

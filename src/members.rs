@@ -185,6 +185,8 @@ pub(crate) struct MemberSlot {
     pub empty_wakeups: Counter,
     /// Wake-ups that only carried the emulation's token (no event, no notification).
     pub token_wakeups: Counter,
+    /// Exclusive events the member's next `wait` consumed because the caller had not.
+    pub unconsumed: Counter,
 }
 
 /// A statistics counter in a member slot: `Relaxed`, because nothing is ordered by it (the
@@ -275,6 +277,7 @@ impl MemberSlot {
             events: Counter(AtomicU64::new(0)),
             empty_wakeups: Counter(AtomicU64::new(0)),
             token_wakeups: Counter(AtomicU64::new(0)),
+            unconsumed: Counter(AtomicU64::new(0)),
         }
     }
 }
@@ -430,6 +433,7 @@ impl<'a> Members<'a> {
             &slot.events,
             &slot.empty_wakeups,
             &slot.token_wakeups,
+            &slot.unconsumed,
         ] {
             c.reset();
         }
@@ -581,7 +585,7 @@ impl<'a> Members<'a> {
         if !self.live.try_hold(m, me).unwrap_or(false) {
             return None;
         }
-        #[cfg(all(unix, not(loom)))]
+        #[cfg(all(unix, not(loom), feature = "fault-injection"))]
         testing::mid_reap();
         Some(Reap {
             member: m,
@@ -657,22 +661,20 @@ pub(crate) fn lost_slot(shared: &SharedState) -> Error {
     )
 }
 
-/// A hook for the fault tests, and nothing else: it makes this process's next reap stop in
-/// its middle, so that a test can kill a reaper exactly there.
-#[doc(hidden)]
+/// A hook for the fault tests, and nothing else (feature `fault-injection`, which the
+/// test fixtures turn on; never in a default build): it makes this process's next reap stop
+/// in its middle, so that a test can kill a reaper exactly there.
+#[cfg(all(unix, not(loom), feature = "fault-injection"))]
 pub mod testing {
-    #[cfg(all(unix, not(loom)))]
     static MID_REAP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
     /// Test only: this process's next reap, once the dead member's slot is REAPING and the
     /// reaper holds its liveness byte, and before anything the dead member held is cleared,
     /// writes one byte to `fd` and blocks for ever (until the test kills the process).
-    #[cfg(all(unix, not(loom)))]
     pub fn block_mid_reap(fd: i32) {
         MID_REAP.store(fd, std::sync::atomic::Ordering::SeqCst);
     }
 
-    #[cfg(all(unix, not(loom)))]
     pub(crate) fn mid_reap() {
         let fd = MID_REAP.load(std::sync::atomic::Ordering::SeqCst);
         if fd < 0 {

@@ -110,12 +110,15 @@ pub(crate) fn object_name(name: &str) -> Result<CString> {
         reason,
     };
     if name.is_empty() {
-        return Err(refuse("a name has at least one character".into()));
+        return Err(refuse(format!(
+            "a name has 1 to {MAX_NAME_LEN} characters of letters, digits, '.', '_' and '-': \
+             give it one"
+        )));
     }
     if name.len() > MAX_NAME_LEN {
         return Err(refuse(format!(
             "at most {MAX_NAME_LEN} characters here (the platform's limit on a shared-memory \
-             object's name), not {}",
+             object's name), not {}: use a shorter name",
             name.len()
         )));
     }
@@ -124,7 +127,7 @@ pub(crate) fn object_name(name: &str) -> Result<CString> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return Err(refuse(format!(
-            "{c:?} is not allowed: letters, digits, '.', '_' and '-' only"
+            "{c:?} is not allowed: use letters, digits, '.', '_' and '-' only"
         )));
     }
     Ok(CString::new(format!("/{PREFIX}{name}")).expect("checked: no NUL"))
@@ -748,7 +751,7 @@ fn os_error(name: &str, context: &'static str, e: io::Error) -> Error {
         },
         Some(libc::ENAMETOOLONG) => Error::InvalidGroupName {
             name: name.to_owned(),
-            reason: "too long for this platform's shared-memory objects".into(),
+            reason: "too long for this platform's shared-memory objects: use a shorter name".into(),
         },
         _ => Error::io(context, e),
     }

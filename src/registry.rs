@@ -26,7 +26,12 @@
 //!   without `delete` pays nothing: their entries went with their last reference);
 //! - `delete` of a closed or reused number succeeds (it forgets the registration), `add` over
 //!   a stale registration replaces it, and no library descriptor that takes a closed number is
-//!   mistaken for the user's.
+//!   mistaken for the user's;
+//! - one open file (and direction) is registered once per waiter when either registration is
+//!   exclusive: an `add` of a duplicate of a registered descriptor (`dup`) is refused with
+//!   `AlreadyRegistered` naming the number it duplicates (`duplicate_of`), the same on both
+//!   backends. Two descriptors of one file without `exclusive` are two registrations, each with
+//!   its events, as epoll has them.
 //!
 //! Below the handles, beside the backends: it imports only the contract (errors, interests).
 
@@ -42,6 +47,8 @@ use crate::interest::Interest;
 pub(crate) trait Registered {
     /// The interest it was registered with (never changed in place: a change is a new insert).
     fn interest(&self) -> Interest;
+    /// The file the descriptor named when it was registered.
+    fn file(&self) -> FileId;
 }
 
 /// One waiter's registrations by descriptor. Reads go through `Deref` to the map; changes
@@ -53,7 +60,9 @@ pub(crate) trait Registered {
 pub(crate) struct Registry<R> {
     entries: HashMap<RawSource, R, FxBuildHasher>,
     /// How many registrations asked for one event per wait.
-    one_event: usize,
+    one_event: u32,
+    /// How many are exclusive (none: an add without `exclusive` has no duplicate to look for).
+    exclusive: u32,
 }
 
 impl<R: Registered> Registry<R> {
@@ -61,15 +70,16 @@ impl<R: Registered> Registry<R> {
         Registry {
             entries: HashMap::with_hasher(FxBuildHasher),
             one_event: 0,
+            exclusive: 0,
         }
     }
 
     /// Records `fd`, returning the record it replaces, if any.
     pub(crate) fn insert(&mut self, fd: RawSource, record: R) -> Option<R> {
-        self.one_event += usize::from(record.interest().is_one_event_round_robin());
+        self.count(record.interest(), 1);
         let old = self.entries.insert(fd, record);
         if let Some(old) = &old {
-            self.one_event -= usize::from(old.interest().is_one_event_round_robin());
+            self.count(old.interest(), -1);
         }
         old
     }
@@ -77,8 +87,47 @@ impl<R: Registered> Registry<R> {
     /// Forgets `fd`, returning its record.
     pub(crate) fn remove(&mut self, fd: RawSource) -> Option<R> {
         let old = self.entries.remove(&fd)?;
-        self.one_event -= usize::from(old.interest().is_one_event_round_robin());
+        self.count(old.interest(), -1);
         Some(old)
+    }
+
+    /// Keeps the counts of one-event and exclusive registrations as one with `interest` comes
+    /// (`by` 1) or goes (`by` -1).
+    fn count(&mut self, interest: Interest, by: i32) {
+        let change = |n: &mut u32, flag: bool| {
+            if flag {
+                *n = n.wrapping_add_signed(by);
+            }
+        };
+        change(&mut self.one_event, interest.is_one_event_round_robin());
+        change(&mut self.exclusive, interest.is_exclusive());
+    }
+
+    /// The number under which this waiter has registered another descriptor of the open file
+    /// `fd` names now (`file`, in the same direction), if the new registration (`interest`) or
+    /// that one is exclusive: then `fd` is a duplicate (`dup`, `dup2`, `F_DUPFD`) of it, which
+    /// both backends refuse alike. Looks only at registrations of the same device and inode
+    /// (one comparison each, a system call or two only on a match), and at none when neither
+    /// side can be exclusive.
+    pub(crate) fn duplicate_of(
+        &self,
+        fd: RawSource,
+        file: FileId,
+        interest: Interest,
+    ) -> Option<RawSource> {
+        if (!interest.is_exclusive() && self.exclusive == 0) || !file.comparable() {
+            return None;
+        }
+        self.entries
+            .iter()
+            .find(|&(&other, r)| {
+                other != fd
+                    && r.file() == file
+                    && (interest.is_exclusive() || r.interest().is_exclusive())
+                    && still_names(other, file)
+                    && same_open_file(fd, other, file)
+            })
+            .map(|(&other, _)| other)
     }
 
     /// The record of `fd`, to change its bookkeeping (not its interest).
@@ -176,7 +225,7 @@ pub(crate) fn refusal(fd: RawSource, err: std::io::Error, context: &'static str)
             reason: crate::error::eperm_reason(fd),
         },
         #[cfg(unix)]
-        Some(libc::EEXIST) => Error::AlreadyRegistered { fd },
+        Some(libc::EEXIST) => Error::AlreadyRegistered { fd, registered: fd },
         _ => {
             let _ = fd; // only Unix names the refusals
             Error::io(context, err)
@@ -193,6 +242,53 @@ pub(crate) fn refusal(fd: RawSource, err: std::io::Error, context: &'static str)
 pub(crate) struct FileId {
     dev: u64,
     ino: u64,
+    /// An anonymous inode (Linux's eventfd, timerfd, signalfd, epoll: no file type), which all
+    /// such descriptors share.
+    anonymous: bool,
+}
+
+#[cfg(unix)]
+impl FileId {
+    /// Does the device and inode tell files apart? Not where the system gives none (FreeBSD's
+    /// sockets, kqueues and eventfds all report device 0 and inode 0).
+    fn comparable(&self) -> bool {
+        self.dev != 0 || self.ino != 0
+    }
+}
+
+/// Are `a` and `b`, whose files have the device and inode `file`, the same open file in the
+/// same direction, as the emulation tells a source (`emulated::identity`)? The access mode
+/// tells a pipe's two ends apart (one inode for both). An anonymous inode is one for every
+/// eventfd, timerfd and signalfd: there only the kernel can tell (`kcmp` of the two open
+/// files, on Linux), and without it they are taken to differ.
+#[cfg(unix)]
+fn same_open_file(a: RawSource, b: RawSource, file: FileId) -> bool {
+    if file.anonymous {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            const KCMP_FILE: libc::c_long = 0;
+            // SAFETY: getpid cannot fail.
+            let pid = libc::c_long::from(unsafe { libc::getpid() });
+            // SAFETY: kcmp only compares two descriptor numbers of this process; a number
+            // that is not open gives EBADF.
+            let same = unsafe {
+                libc::syscall(
+                    libc::SYS_kcmp,
+                    pid,
+                    pid,
+                    KCMP_FILE,
+                    a as libc::c_long,
+                    b as libc::c_long,
+                )
+            };
+            return same == 0;
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        return false;
+    }
+    // SAFETY: F_GETFL only reads the flags of two descriptor numbers; a closed one gives -1.
+    let (fa, fb) = unsafe { (libc::fcntl(a, libc::F_GETFL), libc::fcntl(b, libc::F_GETFL)) };
+    fa != -1 && fb != -1 && fa & libc::O_ACCMODE == fb & libc::O_ACCMODE
 }
 
 /// The file `fd` names now, or `None` if the number is not open.
@@ -207,6 +303,8 @@ pub(crate) fn file_id(fd: RawSource) -> Option<FileId> {
     Some(FileId {
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,
+        anonymous: cfg!(any(target_os = "linux", target_os = "android"))
+            && st.st_mode & libc::S_IFMT == 0,
     })
 }
 
@@ -222,6 +320,19 @@ pub(crate) fn still_names(fd: RawSource, id: FileId) -> bool {
 pub(crate) struct FileId;
 
 #[cfg(not(unix))]
+impl FileId {
+    /// Sockets have no file to compare: a duplicate is not told apart here.
+    fn comparable(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(not(unix))]
+fn same_open_file(_a: RawSource, _b: RawSource, _file: FileId) -> bool {
+    false
+}
+
+#[cfg(not(unix))]
 pub(crate) fn file_id(_fd: RawSource) -> Option<FileId> {
     Some(FileId)
 }
@@ -232,8 +343,9 @@ pub(crate) fn still_names(_fd: RawSource, _id: FileId) -> bool {
 }
 
 /// How many bits of a registration's generation a token keeps: tokens stay below 2^63, clear of
-/// the reserved keys at the top of the range (the door bell, the death watches, the native
-/// waiter's own eventfd).
+/// the kernel-entry data the library keeps for its own descriptors at the top of the range (the
+/// door bell, the death watches, the native waiter's own eventfd). The caller's keys are never
+/// a kernel entry's data: a registration's record holds its key.
 #[cfg(all(unix, target_pointer_width = "64"))]
 const GENERATION_BITS: u32 = 31;
 

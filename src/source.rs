@@ -1,14 +1,16 @@
 //! What can be registered: a borrowed descriptor (Unix) or socket (Windows).
 //!
-//! The public API takes `impl AsSource`, which every type that lends its descriptor implements
-//! (`impl AsFd` on Unix, `impl AsSocket` on Windows), as `polling` and `mio` do: a registration
-//! can never name a descriptor the caller does not hold.
+//! The public API takes `&S` for any `S: AsSource`, which every type that lends its descriptor
+//! implements (`AsFd` on Unix, `AsSocket` on Windows), as `mio` does: a registration can never
+//! name a descriptor the caller does not hold, and since it only borrows, it never takes (and
+//! so never closes) a descriptor the caller owns.
 
 /// Anything whose descriptor a [`Waiter`](crate::Waiter) can watch: on Unix every `AsFd` type,
 /// on Windows every `AsSocket` type, and references to them.
 ///
-/// You never implement it: it comes with `AsFd` (`AsSocket`). Pass a reference, so the
-/// descriptor stays yours: `waiter.add(&listener, 0, interest)`. Examples of what qualifies:
+/// You never implement it: it comes with `AsFd` (`AsSocket`). [`Waiter::add`](crate::Waiter::add)
+/// takes a reference, so the descriptor stays yours and open: `waiter.add(&listener, 0,
+/// interest)`; an owned descriptor passed by value does not compile. Examples of what qualifies:
 /// [`TcpListener`](std::net::TcpListener), [`UdpSocket`](std::net::UdpSocket),
 /// [`UnixListener`](std::os::unix::net::UnixListener), a pipe's read end or a POSIX message
 /// queue's descriptor held as an [`OwnedFd`](std::os::fd::OwnedFd) or lent as a
@@ -19,19 +21,31 @@
 ///
 /// ```
 /// # #[cfg(unix)] {
-/// use herdless::{AsSource, Group, Interest};
+/// use herdless::{AsSource, Group, Interest, Waiter};
 /// use std::net::TcpListener;
 ///
-/// fn watch(waiter: &mut herdless::Waiter, source: impl AsSource) -> herdless::Result<()> {
-///     waiter.add(source, 0, Interest::READABLE.exclusive())
+/// fn watch<S: AsSource + ?Sized>(waiter: &mut Waiter, source: &S) -> herdless::Result<()> {
+///     waiter.add(source, 0, Interest::SHARED)
 /// }
 ///
 /// let listener = TcpListener::bind("127.0.0.1:0")?;
 /// listener.set_nonblocking(true)?;
-/// let group = Group::builder().build()?;
+/// let group = Group::new()?;
 /// let mut waiter = group.join()?;
 /// watch(&mut waiter, &listener)?;
 /// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// An owned descriptor given by value would be closed when the call returned; `add` borrows,
+/// so that does not compile:
+///
+/// ```compile_fail,E0308
+/// # use herdless::{Group, Interest};
+/// let (rx, _tx) = std::os::unix::net::UnixStream::pair()?;
+/// let owned: std::os::fd::OwnedFd = rx.into();
+/// let mut waiter = Group::new()?.join()?;
+/// waiter.add(owned, 0, Interest::READABLE)?; // expected `&_`, found `OwnedFd`
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[cfg(unix)]
@@ -49,7 +63,7 @@ impl<T: std::os::windows::io::AsSocket + ?Sized> AsSource for T {}
 use crate::error::{RawSource, Result};
 
 /// The raw number of a borrowed source (used as the registration's identity).
-pub(crate) fn raw_of(source: &impl AsSource) -> RawSource {
+pub(crate) fn raw_of<S: AsSource + ?Sized>(source: &S) -> RawSource {
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;

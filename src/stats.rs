@@ -11,7 +11,11 @@ use crate::inner::GroupInner;
 /// counter here sees it; count those with the waiter's voluntary context switches
 /// (`getrusage`), as the lab does. `wakeups` counts only the kernel waits that came back to
 /// herdless; `empty_wakeups` those, and the events handed out, that came to nothing.
+///
+/// Made by herdless only (`#[non_exhaustive]`): read its fields; a later version may count
+/// something more without breaking code that reads these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MemberStats {
     /// The member's slot in the group (join order, reused after a member is gone).
     pub member: usize,
@@ -37,6 +41,13 @@ pub struct MemberStats {
     /// Wake-ups that only passed the emulation's token or rang its door bell: no event, no
     /// notification (0 for the native backend).
     pub token_wakeups: u64,
+    /// Events of exclusive descriptors that the member's next `wait` had to consume because
+    /// the caller did not call [`Waiter::consumed`](crate::Waiter::consumed) (or
+    /// [`found_nothing`](crate::Waiter::found_nothing)) for them. Nothing is lost, but until
+    /// then the group waits for the member (emulated) or keeps it first in line (native): a
+    /// count that grows says a `consumed` is missing from the loop. Counted alike on both
+    /// backends. Example: see [`Waiter::consumed`](crate::Waiter::consumed).
+    pub unconsumed: u64,
     /// Does the member hold the emulation's token of some exclusive descriptor right now?
     /// (always false for the native backend, where the kernel's wait queue is the line)
     pub leader: bool,
@@ -54,6 +65,7 @@ pub(crate) fn member_stats(inner: &GroupInner, i: u32, me: u32) -> MemberStats {
         events: slot.events.get(),
         empty_wakeups: slot.empty_wakeups.get(),
         token_wakeups: slot.token_wakeups.get(),
+        unconsumed: slot.unconsumed.get(),
         leader: inner.emulation.is_some() && inner.protocol().leads_any(i),
     }
 }

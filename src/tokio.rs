@@ -181,11 +181,10 @@ impl Acceptor {
         let thread = std::thread::Builder::new()
             .name("herdless-acceptor".into())
             .spawn(move || {
-                let start = crate::counters::thread_voluntary_switches();
-                let waiter = group.join().and_then(|mut w| {
-                    let shared = Interest::READABLE.exclusive().one_event_round_robin();
-                    w.add(&listener, LISTENER, shared).map(|()| w)
-                });
+                let start = thread_switches();
+                let waiter = group
+                    .join()
+                    .and_then(|mut w| w.add(&listener, LISTENER, Interest::SHARED).map(|()| w));
                 let waiter = match waiter {
                     Ok(w) => {
                         let _ = ready_tx.send(Ok(w.notifier()));
@@ -497,13 +496,27 @@ impl Pump {
         if !cfg!(any(target_os = "linux", target_os = "android")) {
             return;
         }
-        if let (Some(start), Some(now)) = (self.start, crate::counters::thread_voluntary_switches())
-        {
+        if let (Some(start), Some(now)) = (self.start, thread_switches()) {
             self.shared
                 .kernel_wakeups
                 .store(now.saturating_sub(start) + 1, SeqCst);
         }
     }
+}
+
+/// Voluntary context switches of the calling thread so far (`getrusage(RUSAGE_THREAD)`): the
+/// acceptor thread's kernel-level wake-ups, seen or not. Linux only (elsewhere `None`).
+fn thread_switches() -> Option<u64> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // SAFETY: rusage is plain data; getrusage fills it or fails.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_THREAD and a pointer to a live rusage.
+        let ok = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } == 0;
+        ok.then_some(usage.ru_nvcsw as u64)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    None
 }
 
 /// Runs a future to completion on the calling thread (parked while it is pending). The

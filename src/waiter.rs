@@ -1,11 +1,12 @@
 //! The Waiter: one member's handle, with its own kernel poll instance, and its Notifier.
 //!
-//! Every public call checks what is the same for every backend (reserved keys, an empty
-//! `Events` buffer, a waiter carried across `fork`) and then hands over to the backend the group
-//! was built with: `platform` for the native one, `emulated` for token passing. After `wait` has
-//! handed out an event of an exclusive descriptor, call [`Waiter::consumed`] as soon as the
-//! read or accept is done; the next `wait` does it for you otherwise. That is the moment the
-//! waiter goes to the back of the line and the group watches the descriptor again.
+//! Every public call checks what is the same for every backend (the interest, an empty
+//! `Events` buffer, a blocking shared descriptor, a waiter carried across `fork`) and then hands
+//! over to the backend the group was built with: `platform` for the native one, `emulated` for
+//! token passing. After `wait` has handed out an event of an exclusive descriptor, call
+//! [`Waiter::consumed`] as soon as the read or accept is done; the next `wait` does it for you
+//! otherwise (and counts it, `MemberStats::unconsumed`). That is the moment the waiter goes to
+//! the back of the line and the group watches the descriptor again.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -51,11 +52,12 @@ enum Engine {
 /// let mut waiter = group.join()?;
 /// let (mut tx, rx) = UnixStream::pair()?;
 /// rx.set_nonblocking(true)?; // shared: a wake-up may find nothing
-/// waiter.add(&rx, 7, Interest::READABLE.exclusive())?;
+/// waiter.add(&rx, 7, Interest::SHARED)?;
 /// tx.write_all(b"x")?;
 /// let mut events = Events::with_capacity(8);
 /// waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
 /// assert_eq!(events.iter().next().map(|e| e.key), Some(7));
+/// waiter.consumed(7)?; // after the read, before the work
 /// waiter.delete(&rx)?;
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -136,19 +138,32 @@ impl Waiter {
         self.member as usize
     }
 
-    /// Registers `fd` under `key`. The caller keeps `fd` open until it is deleted. Closing a
+    /// Registers `source` (borrowed: it stays the caller's, and open) under `key`, for
+    /// `interest` ([`Interest::SHARED`] for a descriptor the group shares).
+    ///
+    /// **The key** is the caller's own data, as epoll's `data` and polling's key: any value,
+    /// none reserved, and several registrations may share one. Each [`Event`](crate::Event)
+    /// carries its registration's key; [`consumed`](Self::consumed) with a key consumes every
+    /// outstanding event that carries it.
+    ///
+    /// **The descriptor** stays registered until [`delete`](Self::delete). Closing a
     /// registered descriptor, or reusing its number for another file (an `open`, a `dup2` over
     /// it), is tolerated, also while the file stays open in other processes (a forked member's
     /// copy): the registration is of the file, so the waiter forgets it at the next `wait` or
     /// `delete`, never reports an event of it again, and stops taking the group's wake-ups for
-    /// it; an `add` of the reused number registers the new file.
+    /// it; an `add` of the reused number registers the new file. One open file is registered
+    /// once per waiter when either registration is exclusive: a duplicate (`dup`) of a
+    /// registered descriptor is refused, naming the number it duplicates, on both backends;
+    /// two descriptors of one open file registered without `exclusive` are two registrations,
+    /// each with its events, as epoll has them.
     ///
     /// # Errors
     ///
-    /// [`Error::ReservedKey`], [`Error::InvalidInterest`], [`Error::AlreadyRegistered`],
-    /// [`Error::BadDescriptor`] (closed or never opened), [`Error::UnwatchableDescriptor`]
-    /// (a regular file or directory), [`Error::BlockingDescriptor`] (an `exclusive`
-    /// registration of a descriptor without `O_NONBLOCK`: set it non-blocking first),
+    /// [`Error::InvalidInterest`], [`Error::AlreadyRegistered`] (the number, or another
+    /// descriptor of the same open file, is registered already), [`Error::BadDescriptor`]
+    /// (closed or never opened), [`Error::UnwatchableDescriptor`] (a regular file or
+    /// directory), [`Error::BlockingDescriptor`] (an `exclusive` registration of a descriptor
+    /// without `O_NONBLOCK`: set it non-blocking first), [`Error::TooManySources`],
     /// [`Error::ForkedWaiter`], [`Error::GroupRemoved`] (a named group removed by force: drop
     /// the waiter and open the group again). Nothing changes on error.
     ///
@@ -163,10 +178,15 @@ impl Waiter {
     /// `set_nonblocking(true)` yourself.
     ///
     /// Example: see [`Waiter`]; on a pipe, the crate's front page.
-    pub fn add(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
+    pub fn add<S: AsSource + ?Sized>(
+        &mut self,
+        source: &S,
+        key: usize,
+        interest: Interest,
+    ) -> Result<()> {
         self.check_process()?;
-        interest.validate(key)?;
-        let raw = raw_of(&fd);
+        interest.validate()?;
+        let raw = raw_of(source);
         check_nonblocking(raw, interest)?;
         let done = match &mut *self.engine {
             Engine::Native(n) => n.add(raw, key, interest),
@@ -175,8 +195,9 @@ impl Waiter {
         self.told(done)
     }
 
-    /// Changes the key or interest of a registered `fd`. An exclusive registration is changed by
-    /// delete and re-add, so the kernel's refusal of `EPOLL_CTL_MOD` never reaches the caller.
+    /// Changes the key or interest of a registered `source` (borrowed, as by
+    /// [`add`](Self::add)). An exclusive registration is changed by delete and re-add, so the
+    /// kernel's refusal of `EPOLL_CTL_MOD` never reaches the caller.
     ///
     /// # Errors
     ///
@@ -187,7 +208,7 @@ impl Waiter {
     /// ```
     /// # #[cfg(unix)] {
     /// use herdless::{Group, Interest};
-    /// let group = Group::builder().build()?;
+    /// let group = Group::new()?;
     /// let mut waiter = group.join()?;
     /// let (a, _b) = std::os::unix::net::UnixStream::pair()?;
     /// a.set_nonblocking(true)?; // exclusive below: a wake-up may find nothing
@@ -197,10 +218,15 @@ impl Waiter {
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn modify(&mut self, fd: impl AsSource, key: usize, interest: Interest) -> Result<()> {
+    pub fn modify<S: AsSource + ?Sized>(
+        &mut self,
+        source: &S,
+        key: usize,
+        interest: Interest,
+    ) -> Result<()> {
         self.check_process()?;
-        interest.validate(key)?;
-        let raw = raw_of(&fd);
+        interest.validate()?;
+        let raw = raw_of(source);
         check_nonblocking(raw, interest)?;
         let done = match &mut *self.engine {
             Engine::Native(n) => n.modify(raw, key, interest),
@@ -209,8 +235,8 @@ impl Waiter {
         self.told(done)
     }
 
-    /// Stops watching `fd`. A registered number closed (or reused) since it was added is
-    /// forgotten all the same: `delete` after `close` succeeds.
+    /// Stops watching `source` (borrowed). A registered number closed (or reused) since it was
+    /// added is forgotten all the same: `delete` after `close` succeeds.
     ///
     /// # Errors
     ///
@@ -218,9 +244,9 @@ impl Waiter {
     /// [`Error::ForkedWaiter`].
     ///
     /// Example: see [`modify`](Self::modify).
-    pub fn delete(&mut self, fd: impl AsSource) -> Result<()> {
+    pub fn delete<S: AsSource + ?Sized>(&mut self, source: &S) -> Result<()> {
         self.check_process()?;
-        let raw = raw_of(&fd);
+        let raw = raw_of(source);
         let done = match &mut *self.engine {
             Engine::Native(n) => n.delete(raw),
             Engine::Emulated(e) => e.delete(&self.group.protocol(), raw),
@@ -287,7 +313,9 @@ impl Waiter {
     }
 
     /// Says that the readiness of the event with `key` has been consumed (the message read, the
-    /// connection accepted). A key with no event outstanding is ignored.
+    /// connection accepted). Every outstanding event with that key is consumed (keys need not
+    /// be unique: one shared by several registrations consumes them all); a key with no event
+    /// outstanding is ignored.
     ///
     /// **When.** Once per event of an exclusive descriptor that [`wait`](Self::wait) handed
     /// out: right after the read or accept, whether it got something or found nothing
@@ -299,7 +327,9 @@ impl Waiter {
     /// **If you leave it out**, the next `wait` does it for you, so nothing is lost; but until
     /// then, on the native backend this waiter stays first in line (turns are skewed towards
     /// it), and under the emulation no other member is handed that descriptor's events (the
-    /// group waits for this member's long work).
+    /// group waits for this member's long work). Each event the next `wait` had to consume is
+    /// counted in [`MemberStats::unconsumed`]: a count that grows says a `consumed` is
+    /// missing.
     ///
     /// ```
     /// # #[cfg(unix)] {
@@ -308,11 +338,11 @@ impl Waiter {
     /// use std::os::unix::net::UnixStream;
     /// use std::time::Duration;
     ///
-    /// let group = Group::builder().build()?;
+    /// let group = Group::new()?;
     /// let mut waiter = group.join()?;
     /// let (mut tx, mut rx) = UnixStream::pair()?;
     /// rx.set_nonblocking(true)?; // a wake-up may find nothing
-    /// waiter.add(&rx, 0, Interest::READABLE.exclusive().one_event_round_robin())?;
+    /// waiter.add(&rx, 0, Interest::SHARED)?;
     /// tx.write_all(b"job")?;
     /// let mut events = Events::default();
     /// waiter.wait(&mut events, Some(Duration::from_secs(5)))?;
@@ -326,6 +356,8 @@ impl Waiter {
     ///         Err(e) => return Err(e.into()),
     ///     }
     /// }
+    /// waiter.wait(&mut events, Some(Duration::ZERO))?;
+    /// assert_eq!(waiter.stats().unconsumed, 0); // every event was consumed in time
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -348,7 +380,8 @@ impl Waiter {
     /// `herdless_stats` in C), so the group's figures show the wake-ups the application paid
     /// for and got nothing from, and then does all that [`consumed`](Self::consumed) does: call
     /// it *instead of* `consumed` for that event, not as well. Once per event that found
-    /// nothing; a key with no event outstanding is counted and otherwise ignored.
+    /// nothing: it counts one, and consumes every outstanding event with `key`; a key with no
+    /// event outstanding is counted and otherwise ignored.
     ///
     /// ```
     /// # #[cfg(unix)] {
@@ -357,7 +390,7 @@ impl Waiter {
     /// use std::os::unix::net::UnixStream;
     /// use std::time::Duration;
     ///
-    /// let group = Group::builder().build()?;
+    /// let group = Group::new()?;
     /// let mut waiter = group.join()?;
     /// let (mut tx, mut rx) = UnixStream::pair()?;
     /// rx.set_nonblocking(true)?;
@@ -413,7 +446,7 @@ impl Waiter {
     /// use herdless::{Events, Group};
     /// use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     ///
-    /// let group = Group::builder().build()?;
+    /// let group = Group::new()?;
     /// let mut waiter = group.join()?;
     /// let notifier = waiter.notifier();
     /// let stop = AtomicBool::new(false);

@@ -53,7 +53,7 @@ fn refused_then_accepted(
         Interest::READABLE.exclusive(),
         Interest::READABLE.exclusive().one_event_round_robin(),
     ] {
-        match waiter.add(fd, 1, interest) {
+        match waiter.add(&fd, 1, interest) {
             Err(Error::BlockingDescriptor { fd: named }) => {
                 assert_eq!(
                     named,
@@ -65,7 +65,7 @@ fn refused_then_accepted(
         }
     }
     let text = waiter
-        .add(fd, 1, Interest::READABLE.exclusive())
+        .add(&fd, 1, Interest::READABLE.exclusive())
         .unwrap_err()
         .to_string();
     assert!(
@@ -76,10 +76,10 @@ fn refused_then_accepted(
     // Not exclusive: accepted (a member's own descriptor), one event round robin alone too;
     // then a change to exclusive is refused and leaves the registration as it was.
     waiter
-        .add(fd, 2, Interest::READABLE.one_event_round_robin())
+        .add(&fd, 2, Interest::READABLE.one_event_round_robin())
         .unwrap();
     assert!(matches!(
-        waiter.modify(fd, 3, Interest::READABLE.exclusive()),
+        waiter.modify(&fd, 3, Interest::READABLE.exclusive()),
         Err(Error::BlockingDescriptor { .. })
     ));
     ready();
@@ -96,10 +96,10 @@ fn refused_then_accepted(
         }
     }
     assert_eq!(seen, [2, 9], "{tell}: both old registrations still deliver");
-    waiter.delete(fd).unwrap();
+    waiter.delete(&fd).unwrap();
     // Non-blocking now: accepted, and it delivers (the readiness is still there).
     set_nonblocking(fd.as_raw_fd()).unwrap();
-    waiter.add(fd, 4, Interest::READABLE.exclusive()).unwrap();
+    waiter.add(&fd, 4, Interest::READABLE.exclusive()).unwrap();
     let mut seen = Vec::new();
     for _ in 0..3 {
         seen.extend(keys(&mut waiter));
@@ -108,7 +108,7 @@ fn refused_then_accepted(
         }
     }
     assert!(seen.contains(&4), "{tell}: accepted once non-blocking");
-    waiter.delete(fd).unwrap();
+    waiter.delete(&fd).unwrap();
     waiter.delete(&other_rx).unwrap();
 }
 
@@ -200,21 +200,24 @@ fn unwatchable_stays_unwatchable(backend: Backend) {
     let null: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     for (tell, fd) in [("regular file", file.as_fd()), ("/dev/null", null.as_fd())] {
         assert!(!nonblocking(fd.as_raw_fd()));
-        match waiter.add(fd, 0, Interest::READABLE.exclusive()) {
+        match waiter.add(&fd, 0, Interest::READABLE.exclusive()) {
             Err(Error::UnwatchableDescriptor { .. }) => {}
             // kqueue watches regular files and devices, and so does poll(2) (polling's poll
             // backend, which CI runs on Linux too): then the emulation takes it.
             Ok(()) if !cfg!(target_os = "linux") || cfg!(polling_test_poll_backend) => {
-                waiter.delete(fd).unwrap()
+                waiter.delete(&fd).unwrap()
             }
             other => panic!("{backend:?} {tell}: expected UnwatchableDescriptor, got {other:?}"),
         }
     }
 }
 
-/// A regular file of this test's own (removed at once; the descriptor keeps it).
+/// A regular file of this test's own (removed at once; the descriptor keeps it), named apart
+/// from the one the same test makes at once on the other backend.
 fn tempfile_in_target() -> OwnedFd {
-    let path = std::env::temp_dir().join(format!("herdless-blocking-{}", std::process::id()));
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let path = std::env::temp_dir().join(format!("herdless-blocking-{}-{n}", std::process::id()));
     let mut file = std::fs::File::create(&path).unwrap();
     file.write_all(b"x").unwrap();
     let file = std::fs::File::open(&path).unwrap();

@@ -671,3 +671,121 @@ fn herd_names_modes_as_the_readme_with_cpu_legend_and_verdict() {
     assert!(chart.contains("CPU"), "the chart has the CPU panel");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The counts of a `herd soak` final line (`native: lost L, duplicated D, late T, worst
+/// arrival-to-read X ms, quiet wake-ups W per server per second ...`): (lost, duplicated,
+/// failed). Panics if the line does not have that shape.
+fn soak_counts(line: &str, backend: &str) -> (u64, u64, bool) {
+    let rest = line
+        .strip_prefix(&format!("{backend}: "))
+        .unwrap_or_else(|| panic!("a final line for {backend}: {line}"));
+    let fields: Vec<&str> = rest.split(", ").collect();
+    let count = |i: usize, name: &str| -> u64 {
+        fields[i]
+            .strip_prefix(&format!("{name} "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("field {i} is `{name} N`: {line}"))
+    };
+    let (lost, duplicated) = (count(0, "lost"), count(1, "duplicated"));
+    count(2, "late");
+    let worst = fields[3]
+        .strip_prefix("worst arrival-to-read ")
+        .and_then(|f| f.strip_suffix(" ms"))
+        .unwrap_or_else(|| panic!("field 3 is the worst arrival-to-read: {line}"));
+    assert!(worst.parse::<f64>().is_ok(), "{line}");
+    let quiet = fields[4]
+        .strip_prefix("quiet wake-ups ")
+        .and_then(|f| f.split(' ').next())
+        .unwrap_or_else(|| panic!("field 4 is the quiet wake-ups: {line}"));
+    assert!(quiet == "n/a" || quiet.parse::<f64>().is_ok(), "{line}");
+    assert!(fields[4].contains(" per server per second"), "{line}");
+    for name in ["descriptors per server ", "memory per server ", "growth: "] {
+        assert!(fields.iter().any(|f| f.starts_with(name)), "{name}: {line}");
+    }
+    (lost, duplicated, line.contains(", FAILED: "))
+}
+
+/// `herd soak` on both backends in a few seconds: every server exec'd, killed, stopped and
+/// restarted, queues made and retired; the output ends with one line of counts per backend, the
+/// exit status is 0 exactly when neither lost nor duplicated anything and neither failed, the
+/// JSON has a row per backend, and the named group is gone afterwards.
+#[test]
+fn soak_ends_with_the_counts_of_each_backend() {
+    let dir = scratch("soak");
+    let json = dir.join("rows.json");
+    let mut command = Command::new(herd());
+    command
+        .args([
+            "soak",
+            "--minutes",
+            "0.05",
+            "--servers",
+            "3",
+            "--queues",
+            "2",
+        ])
+        .args(["--rate", "100"])
+        .arg("--json")
+        .arg(&json);
+    let (ok, stdout, _, pid) = run_with_pid(command);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 2, "{stdout}");
+    let native = soak_counts(lines[lines.len() - 2], "native");
+    let emulated = soak_counts(lines[lines.len() - 1], "emulated");
+    let clean =
+        |(lost, duplicated, failed): (u64, u64, bool)| lost == 0 && duplicated == 0 && !failed;
+    assert_eq!(
+        ok,
+        clean(native) && clean(emulated),
+        "exit status 0 exactly when nothing was lost or duplicated and no run failed"
+    );
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = file.as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{file}");
+    for (row, backend) in rows.iter().zip(["native", "emulated"]) {
+        assert_eq!(row["backend"], backend, "{row}");
+        assert!(
+            row["sent"].as_u64().is_some_and(|n| n > 0),
+            "requests went out: {row}"
+        );
+        assert!(
+            row["churn"]["kills"].as_u64().is_some_and(|n| n > 0),
+            "{row}"
+        );
+    }
+    assert_eq!(leftover_groups("lab.soak", pid), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A request lost (or read twice) on purpose (the first one a server reads) fails the command,
+/// and the final line counts it.
+#[test]
+fn soak_fails_when_a_request_is_lost_or_duplicated() {
+    for (fault, lost, duplicated) in [("lose", 1, 0), ("duplicate", 0, 1)] {
+        let mut command = Command::new(herd());
+        command
+            .args(["soak", "--backend", "native", "--minutes", "0.05"])
+            .args(["--servers", "3", "--queues", "2", "--rate", "100"])
+            .args(["--inject", fault]);
+        let (ok, stdout, stderr, pid) = run_with_pid(command);
+        assert!(!ok, "--inject {fault}: the command fails");
+        let last = stdout.lines().last().unwrap_or_default();
+        let (l, d, _) = soak_counts(last, "native");
+        assert!(l >= lost && d >= duplicated, "--inject {fault}: {last}");
+        assert!(stdout.contains("INJECTED FAULT"), "{stdout}");
+        assert!(stderr.contains("soak: failed on native"), "{stderr}");
+        assert_eq!(leftover_groups("lab.soak", pid), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn soak_settings_are_checked_before_it_runs() {
+    refused(&["soak", "--minutes", "0"], "--minutes", "0.05", false);
+    refused(
+        &["soak", "--servers", "2", "--queues", "2"],
+        "--servers",
+        "--queues + 1",
+        false,
+    );
+}

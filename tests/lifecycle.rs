@@ -285,7 +285,7 @@ fn reaper_killed_mid_reap(backend: Backend) {
     // SAFETY: as above.
     let r = unsafe { libc::fork() };
     if r == 0 {
-        herdless::__testing::block_mid_reap(mid_w.as_raw_fd());
+        herdless::testing::block_mid_reap(mid_w.as_raw_fd());
         let _ = group.join();
         // SAFETY: never reached (the reap blocks until killed); leaves the child.
         unsafe { libc::_exit(1) };

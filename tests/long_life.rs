@@ -60,7 +60,7 @@ fn descriptors_in_turn_through_one_group(backend: Backend) {
                     barrier.wait(); // the round's descriptor is open
                     let fd: RawFd = current.load(SeqCst);
                     let shared = Interest::READABLE.exclusive().one_event_round_robin();
-                    if let Err(e) = waiter.add(fd_of(fd), 0, shared) {
+                    if let Err(e) = waiter.add(&fd_of(fd), 0, shared) {
                         errors
                             .lock()
                             .unwrap()
@@ -76,7 +76,7 @@ fn descriptors_in_turn_through_one_group(backend: Backend) {
                             waiter.consumed(0).unwrap();
                         }
                     }
-                    if let Err(e) = waiter.delete(fd_of(fd)) {
+                    if let Err(e) = waiter.delete(&fd_of(fd)) {
                         errors
                             .lock()
                             .unwrap()

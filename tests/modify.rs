@@ -51,11 +51,6 @@ fn refused_modify_keeps_the_registration(backend: Backend) {
         matches!(refused, Err(Error::InvalidInterest { .. })),
         "{refused:?}"
     );
-    let reserved = waiter.modify(&rx, usize::MAX, Interest::READABLE.exclusive());
-    assert!(
-        matches!(reserved, Err(Error::ReservedKey { .. })),
-        "{reserved:?}"
-    );
     assert_eq!(
         next_key(&mut waiter),
         Some(1),

@@ -120,7 +120,7 @@ fn read_pipe_worker(group_name: &str, data: RawFd, report: RawFd) {
     // SAFETY: the inherited read end is this process's to use for its whole life.
     let data_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(data) };
     waiter
-        .add(data_fd, 0, Interest::READABLE.exclusive())
+        .add(&data_fd, 0, Interest::READABLE.exclusive())
         .unwrap();
     write_all(report, &(gettid() as u64).to_ne_bytes());
     let mut events = Events::with_capacity(1);
@@ -587,7 +587,7 @@ fn bad_objects_are_refused(backend: Backend) {
         match got {
             Err(Error::IncompatibleGroup {
                 found, expected, ..
-            }) => assert_eq!((found, expected), (999, 3)), // this herdless's layout: 3
+            }) => assert_eq!((found, expected), (999, 4)), // this herdless's layout: 4
             other => panic!("expected IncompatibleGroup, got {other:?}"),
         }
     }
@@ -954,9 +954,9 @@ fn serve_until_hang_up(n: &str, data: RawFd, poke: RawFd, report: RawFd) {
         let group = Group::open(n).expect("opening the group by name");
         let mut waiter = group.join().unwrap();
         waiter
-            .add(data_fd, 0, Interest::READABLE.exclusive())
+            .add(&data_fd, 0, Interest::READABLE.exclusive())
             .unwrap();
-        waiter.add(poke_fd, 1, Interest::READABLE).unwrap();
+        waiter.add(&poke_fd, 1, Interest::READABLE).unwrap();
         tell(JOINED, waiter.member() as u64);
         (group, waiter)
     };

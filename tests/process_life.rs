@@ -411,7 +411,7 @@ fn make_change(waiter: &mut Waiter, fd: RawFd, change: Change, keep: &mut Vec<Ow
             // after this but the waiter (which must cope).
             assert_eq!(unsafe { libc::close(fd) }, 0);
             if change == Change::CloseThenDelete {
-                waiter.delete(number(fd)).unwrap();
+                waiter.delete(&number(fd)).unwrap();
             }
         }
         Change::Dup2 | Change::CloseThenAdd => {
@@ -426,7 +426,7 @@ fn make_change(waiter: &mut Waiter, fd: RawFd, change: Change, keep: &mut Vec<Ow
                 // SAFETY: `fd` is open (our pipe, just put there) for the call's length.
                 let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
                 waiter
-                    .add(borrowed, 2, Interest::READABLE.exclusive())
+                    .add(&borrowed, 2, Interest::READABLE.exclusive())
                     .unwrap();
                 write_msg(own_tx.as_raw_fd(), 7);
             }
@@ -471,9 +471,9 @@ fn delete_after_close(backend: Backend) {
     let other = unsafe { libc::dup(fd) };
     assert!(other >= 0);
     drop(rx);
-    waiter.delete(number(fd)).unwrap();
+    waiter.delete(&number(fd)).unwrap();
     assert!(matches!(
-        waiter.delete(number(fd)),
+        waiter.delete(&number(fd)),
         Err(herdless::Error::NotRegistered { .. })
     ));
     // SAFETY: closes the dup made above.

@@ -105,7 +105,7 @@ fn drain_shared_pipes(waiter: &mut Waiter, pipes: &[RawFd], interest: Interest) 
     for (key, &fd) in pipes.iter().enumerate() {
         // SAFETY: the pipes outlive this loop (the caller holds them).
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        waiter.add(fd, key, interest).unwrap();
+        waiter.add(&fd, key, interest).unwrap();
     }
     let mut open = pipes.len();
     let mut share = Share {
@@ -131,7 +131,7 @@ fn drain_shared_pipes(waiter: &mut Waiter, pipes: &[RawFd], interest: Interest) 
                 Some(None) => {
                     // SAFETY: as above.
                     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-                    waiter.delete(fd).unwrap();
+                    waiter.delete(&fd).unwrap();
                     open -= 1;
                     continue;
                 }

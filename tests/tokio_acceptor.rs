@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use herdless::{counters, tokio::Acceptor, Backend, Group};
+use herdless::{tokio::Acceptor, Backend, Group};
+use herdless_fixtures::counters;
 use herdless_fixtures::{Blocking, SharedCounters};
 use tokio::io::unix::AsyncFd;
 

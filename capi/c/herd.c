@@ -93,14 +93,14 @@ static void waiter_loop(herdless_waiter w, int index) {
         ssize_t r = workload_mq ? mq_receive(data_fd, (char *)&id, sizeof id, NULL)
                                 : read(data_fd, &id, sizeof id);
         if (r == (ssize_t)sizeof id) {
-            herdless_consumed(w, (size_t)data_fd); /* before the work: the next may go on */
+            herdless_consumed(w, (uint64_t)data_fd); /* before the work: the next may go on */
             got++;
             if (id & LAST) board->end_ns = now_ns();
         } else if (r == 0) {
             break; /* end of file: the producer closed the pipe after the last message */
         } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
             /* Counted in herdless_stats too, and consumed. */
-            if (errno == EAGAIN) herdless_found_nothing(w, (size_t)data_fd);
+            if (errno == EAGAIN) herdless_found_nothing(w, (uint64_t)data_fd);
             if (!drained) wasted++;
         } else {
             fprintf(stderr, "herd: waiter %d: read returned %zd\n", index, r);

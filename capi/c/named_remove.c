@@ -106,7 +106,7 @@ static int member(const char *name, int data, int poke, int go, int report) {
             return 1;
         }
         for (int i = 0; i < n; i++) {
-            if (events[i].key == 1) {
+            if (events[i].data == 1) {
                 char byte;
                 ssize_t poked = read(poke, &byte, 1); /* -1 (EAGAIN): drained already */
                 (void)poked;

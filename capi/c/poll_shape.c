@@ -87,19 +87,19 @@ int main(int argc, char **argv) {
     check("... first POLLIN", dup[0].revents, POLLIN);
     check("... second POLLOUT", dup[1].revents, POLLOUT);
 
-    /* The other entry points: herdless_add + herdless_wait hand out the key; stats count it.
+    /* The other entry points: herdless_add + herdless_wait hand out the data; stats count it.
      * (An empty herdless_poll first: it deletes what herdless_poll registered.) */
     check("empty array: herdless_poll's registrations deleted", herdless_poll(w, NULL, 0, 0), 0);
-    check("herdless_add a, key 77", herdless_add(w, a[0], 77, HERDLESS_READABLE | HERDLESS_EXCLUSIVE),
-          HERDLESS_OK);
+    check("herdless_add a, data 77",
+          herdless_add(w, a[0], 77, HERDLESS_READABLE | HERDLESS_EXCLUSIVE), HERDLESS_OK);
     herdless_event ev[4];
     check("herdless_wait: one event", herdless_wait(w, ev, 4, 1000), 1);
-    check("... key 77", (long)ev[0].key, 77);
+    check("... data 77", (long)ev[0].data, 77);
     check("... readable", ev[0].events, HERDLESS_READABLE);
     check("herdless_consumed(77)", herdless_consumed(w, 77), HERDLESS_OK);
-    check("herdless_modify a to key 78", herdless_modify(w, a[0], 78, HERDLESS_READABLE),
+    check("herdless_modify a to data 78", herdless_modify(w, a[0], 78, HERDLESS_READABLE),
           HERDLESS_OK);
-    check("herdless_wait: key 78", herdless_wait(w, ev, 4, 1000) == 1 ? (long)ev[0].key : -1, 78);
+    check("herdless_wait: data 78", herdless_wait(w, ev, 4, 1000) == 1 ? (long)ev[0].data : -1, 78);
     check("herdless_delete a", herdless_delete(w, a[0]), HERDLESS_OK);
     struct herdless_member_stats st[2];
     check("herdless_stats: one member", herdless_stats(group, st, 2), 1);

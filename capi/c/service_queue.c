@@ -99,7 +99,7 @@ static int serve(const char *group_name, const char *queue_name, int report, int
         if (n == 0 || !(pfd[0].revents & POLLIN)) continue;
         uint64_t id;
         ssize_t got = mq_receive(q, (char *)&id, sizeof id, NULL);
-        herdless_consumed(waiter, (size_t)q);
+        herdless_consumed(waiter, (uint64_t)q);
         if (got < 0) {
             if (errno == EAGAIN) { empty++; continue; }
             die("mq_receive", 0);

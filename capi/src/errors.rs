@@ -32,7 +32,7 @@ pub const HERDLESS_EBADHANDLE: c_int = -1002;
 /// The waiter was joined by another process (it was inherited across fork): join the group
 /// again in this process. errno EBADF.
 pub const HERDLESS_EWRONGPROCESS: c_int = -1003;
-/// An argument is out of range: options, interest bits, key, capacity, timeout, nfds. errno
+/// An argument is out of range: options, interest bits, capacity, timeout, nfds. errno
 /// EINVAL.
 pub const HERDLESS_EINVAL: c_int = -1004;
 /// The descriptor is not open (closed, or never opened). errno EBADF.
@@ -40,7 +40,9 @@ pub const HERDLESS_EBADF: c_int = -1005;
 /// The kernel will not watch this descriptor (a regular file, a directory, /dev/null), or not
 /// exclusively (an epoll descriptor; an eventfd or timerfd under the emulation). errno EPERM.
 pub const HERDLESS_EUNWATCHABLE: c_int = -1006;
-/// The descriptor is already registered with this waiter (use herdless_modify). errno EEXIST.
+/// The descriptor is already registered with this waiter (use herdless_modify), or it is a
+/// duplicate (dup) of a registered one where either registration is exclusive (the message
+/// names the registered number). errno EEXIST.
 pub const HERDLESS_EEXIST: c_int = -1007;
 /// The descriptor is not registered with this waiter. errno ENOENT.
 pub const HERDLESS_ENOENT: c_int = -1008;
@@ -138,20 +140,49 @@ pub(crate) fn errno_of(code: c_int) -> c_int {
 
 impl From<herdless::Error> for Failure {
     /// The Rust error's code and message, in C's words where the Rust message names Rust API
-    /// (the builder's `max_members`, `modify`, `usize::MAX`, the `Events` buffer).
+    /// (the backend, the builder's `max_members`, `modify`, the `Events` buffer, the removal
+    /// and mode of a named group), so that every message names the C call that remedies it.
     fn from(e: herdless::Error) -> Failure {
         use herdless::Error as E;
         let (code, message) = match &e {
-            E::BackendUnavailable { .. } => (HERDLESS_EUNAVAILABLE, e.to_string()),
-            E::BadDescriptor { .. } => (HERDLESS_EBADF, e.to_string()),
-            E::UnwatchableDescriptor { .. } => (HERDLESS_EUNWATCHABLE, e.to_string()),
-            E::AlreadyRegistered { fd } => (
-                HERDLESS_EEXIST,
+            E::BackendUnavailable { backend, reason } => (
+                HERDLESS_EUNAVAILABLE,
                 format!(
-                    "descriptor {fd} is already registered with this waiter (use herdless_modify)"
+                    "the {backend:?} backend is not available here: {reason}; make the group \
+                     with HERDLESS_BACKEND_AUTO (or HERDLESS_BACKEND_EMULATED), which works on \
+                     every system"
                 ),
             ),
-            E::NotRegistered { .. } => (HERDLESS_ENOENT, e.to_string()),
+            E::BadDescriptor { fd } => (
+                HERDLESS_EBADF,
+                format!(
+                    "descriptor {fd} is not open (closed or never opened): herdless_add a \
+                     descriptor while it is open, and herdless_delete it before closing it"
+                ),
+            ),
+            E::UnwatchableDescriptor { .. } => (HERDLESS_EUNWATCHABLE, e.to_string()),
+            E::AlreadyRegistered { fd, registered } if fd == registered => (
+                HERDLESS_EEXIST,
+                format!(
+                    "descriptor {fd} is already registered with this waiter: change it with \
+                     herdless_modify, or herdless_delete it first"
+                ),
+            ),
+            E::AlreadyRegistered { fd, registered } => (
+                HERDLESS_EEXIST,
+                format!(
+                    "descriptor {fd} is a duplicate of descriptor {registered} (the same open \
+                     file), which is registered with this waiter: register one descriptor per \
+                     open file (change {registered} with herdless_modify, or herdless_delete it \
+                     first)"
+                ),
+            ),
+            E::NotRegistered { fd } => (
+                HERDLESS_ENOENT,
+                format!(
+                    "descriptor {fd} is not registered with this waiter: herdless_add it first"
+                ),
+            ),
             E::BlockingDescriptor { fd } => (
                 HERDLESS_EBLOCKING,
                 format!(
@@ -161,19 +192,22 @@ impl From<herdless::Error> for Failure {
                      mq_open's flags)"
                 ),
             ),
-            E::ReservedKey { key } => (
-                HERDLESS_EINVAL,
-                format!(
-                    "key {key} is reserved by herdless (keys from UINTPTR_MAX - 2 up are internal)"
-                ),
-            ),
             E::ZeroCapacity => (
                 HERDLESS_EINVAL,
-                "capacity is 0: the events array cannot receive an event".to_string(),
+                "capacity is 0: the events array cannot receive an event; pass herdless_wait an \
+                 array of 1 or more and its length"
+                    .to_string(),
             ),
-            E::InvalidInterest { .. } | E::InvalidSetting { .. } => {
-                (HERDLESS_EINVAL, e.to_string())
-            }
+            E::InvalidInterest { .. } => (HERDLESS_EINVAL, e.to_string()),
+            E::InvalidSetting { .. } => (
+                HERDLESS_EINVAL,
+                e.to_string()
+                    .replace(
+                        "max_exclusive_descriptors",
+                        "herdless_options.max_exclusive",
+                    )
+                    .replace(" max_members", " herdless_options.max_members"),
+            ),
             E::GroupFull { max } => (
                 HERDLESS_EFULL,
                 format!(
@@ -190,12 +224,43 @@ impl From<herdless::Error> for Failure {
                 ),
             ),
             E::ForkedWaiter { .. } => (HERDLESS_EWRONGPROCESS, e.to_string()),
-            E::GroupNotFound { .. } => (HERDLESS_ENOGROUP, e.to_string()),
-            E::GroupSettingsDiffer { .. } => (HERDLESS_ESETTINGS, e.to_string()),
-            E::IncompatibleGroup { .. } | E::CorruptGroup { .. } => {
-                (HERDLESS_EBADGROUP, e.to_string())
-            }
-            E::PermissionDenied { .. } => (HERDLESS_EACCES, e.to_string()),
+            E::GroupNotFound { name } => (
+                HERDLESS_ENOGROUP,
+                format!(
+                    "no group is named {name:?}: create it with herdless_group_open and options, \
+                     or wait for its creator"
+                ),
+            ),
+            E::GroupSettingsDiffer {
+                name,
+                setting,
+                group,
+                asked,
+            } => (
+                HERDLESS_ESETTINGS,
+                format!(
+                    "the group named {name:?} has {setting} {group}, not {asked} as asked: \
+                     herdless_group_open it with NULL options to take its settings"
+                ),
+            ),
+            E::IncompatibleGroup { .. } => (HERDLESS_EBADGROUP, e.to_string()),
+            E::CorruptGroup { name, reason } => (
+                HERDLESS_EBADGROUP,
+                format!(
+                    "the group named {name:?} is not a valid herdless group: {reason}; \
+                     herdless_leave its waiters and herdless_group_free it, remove it \
+                     (herdless_group_remove, or herdless_group_remove_forced while others have \
+                     it open) and open it again"
+                ),
+            ),
+            E::PermissionDenied { name } => (
+                HERDLESS_EACCES,
+                format!(
+                    "permission denied for the group named {name:?} (its mode or owner shuts \
+                     this user out): run this process as the user that created the group \
+                     (herdless_group_open creates groups with mode 0600, for that user only)"
+                ),
+            ),
             E::GroupInUse { .. } => (HERDLESS_EINUSE, in_use_message(&e.to_string())),
             E::GroupRemoved { name } => (
                 HERDLESS_EREMOVED,
@@ -487,7 +552,7 @@ mod tests {
         assert_eq!(code, HERDLESS_ENOENT);
         assert_eq!(
             message(code),
-            "descriptor 42 is not registered with this waiter"
+            "descriptor 42 is not registered with this waiter: herdless_add it first"
         );
         assert_eq!(message(HERDLESS_EBADF), "descriptor is not open");
         assert_eq!(message(-999), "unknown herdless error code");
@@ -565,5 +630,70 @@ mod tests {
             f.message
         );
         assert!(!f.message.contains("GroupBuilder"), "{}", f.message);
+    }
+
+    /// Every error a C call can meet, in C's words: a remedy named, and no Rust API
+    /// (`Type::method`) in it.
+    #[test]
+    fn every_message_names_a_c_remedy_and_no_rust_api() {
+        use herdless::{Backend, Error as E};
+        let name = || "svc".to_string();
+        let errors = [
+            E::BackendUnavailable {
+                backend: Backend::Native,
+                reason: "no EPOLLEXCLUSIVE".into(),
+            },
+            E::BadDescriptor { fd: 3 },
+            E::AlreadyRegistered {
+                fd: 3,
+                registered: 3,
+            },
+            E::AlreadyRegistered {
+                fd: 4,
+                registered: 3,
+            },
+            E::NotRegistered { fd: 3 },
+            E::BlockingDescriptor { fd: 3 },
+            E::ZeroCapacity,
+            E::GroupFull { max: 2 },
+            E::TooManySources { max: 2 },
+            E::InvalidSetting {
+                reason: "max_members must be between 1 and 16384, not 0".into(),
+            },
+            E::GroupNotFound { name: name() },
+            E::GroupSettingsDiffer {
+                name: name(),
+                setting: "max_members",
+                group: "8".into(),
+                asked: "4".into(),
+            },
+            E::CorruptGroup {
+                name: name(),
+                reason: "no magic word".into(),
+            },
+            E::GroupInUse {
+                name: name(),
+                members: vec![(0, 12)],
+                opened_by: None,
+            },
+            E::GroupRemoved { name: name() },
+            E::PermissionDenied { name: name() },
+        ];
+        for e in errors {
+            let f = Failure::from(e);
+            assert!(!f.message.contains("::"), "{}", f.message);
+            let remedy = [
+                "herdless_",
+                "O_NONBLOCK",
+                "HERDLESS_",
+                "join",
+                "run this process",
+            ];
+            assert!(
+                remedy.iter().any(|r| f.message.contains(r)),
+                "no C remedy in {:?}",
+                f.message
+            );
+        }
     }
 }

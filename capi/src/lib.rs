@@ -40,10 +40,6 @@ pub use errors::*;
 #[cfg(unix)]
 pub use poll::{herdless_poll, HERDLESS_POLLEXCL, HERDLESS_POLLONE};
 
-// The C ABI's own signal key and herdless's reserved keys must not meet.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const _: () = assert!(signals::SIGNAL_KEY == FIRST_RESERVED_C_KEY);
-
 use herdless::{Backend, Group, Interest, Rotation};
 
 use errors::{ffi, Failure};
@@ -101,24 +97,38 @@ pub struct herdless_options {
 /// (the default; `Rotation::Adaptive` in the Rust API).
 pub const HERDLESS_ROTATE_ADAPTIVE: u32 = u32::MAX;
 
-/// Interest and event bit: readable (or a pending connection, or hung up).
+/// Interest and event bit: readable (or a pending connection; as an event also set when the
+/// other end hung up or an error is pending, so that a read returns at once).
 pub const HERDLESS_READABLE: u32 = 0x1;
-/// Interest and event bit: writable.
+/// Interest and event bit: writable (as an event also set on a hang-up or an error, for a
+/// registration that asked for it).
 pub const HERDLESS_WRITABLE: u32 = 0x2;
-/// Interest bit: urgent data (EPOLLPRI); not with HERDLESS_EXCLUSIVE.
+/// Interest and event bit: urgent data (EPOLLPRI); not with HERDLESS_EXCLUSIVE.
 pub const HERDLESS_PRIORITY: u32 = 0x4;
 /// Interest bit: an event wakes exactly one waiter of the group (POLLEXCL).
 pub const HERDLESS_EXCLUSIVE: u32 = 0x8;
 /// Interest bit: a wait returns at most one event, ready descriptors served in turn (POLLONE).
 pub const HERDLESS_ONE_EVENT: u32 = 0x10;
+/// Event bit: the other end hung up (POLLHUP): reads return end of file once the data left is
+/// read (a pipe or FIFO whose writers all closed, a socket closed both ways). It stays set at
+/// every wait: herdless_delete the descriptor, or close it. Never an interest bit (the kernel
+/// always reports it).
+pub const HERDLESS_HANGUP: u32 = 0x20;
+/// Event bit: an error is pending on the descriptor (POLLERR: a failed connect, a reset
+/// connection, a pipe with no reader left); the next read or write, or SO_ERROR, says which.
+/// Never an interest bit.
+pub const HERDLESS_ERROR: u32 = 0x40;
 
 /// One event handed out by herdless_wait.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct herdless_event {
-    /// The key given to herdless_add.
-    pub key: usize,
-    /// HERDLESS_READABLE and/or HERDLESS_WRITABLE.
+    /// The data given to herdless_add (or herdless_modify) for the descriptor: the caller's
+    /// own, any value, shared by several descriptors if the caller wants; the descriptor
+    /// itself for one herdless_poll registered.
+    pub data: u64,
+    /// HERDLESS_READABLE, HERDLESS_WRITABLE, HERDLESS_PRIORITY, HERDLESS_HANGUP,
+    /// HERDLESS_ERROR.
     pub events: u32,
 }
 
@@ -148,6 +158,10 @@ pub struct herdless_member_stats {
     /// Wake-ups that only passed the emulation's token or rang its door bell (0 for the native
     /// backend).
     pub token_wakeups: u64,
+    /// Events of exclusive descriptors that the member's next herdless_wait or herdless_poll
+    /// had to consume because herdless_consumed (or herdless_found_nothing) was not called for
+    /// them: a count that grows says a herdless_consumed is missing from the loop.
+    pub unconsumed: u64,
 }
 
 /// A descriptor as this system names it: a file descriptor on Unix.
@@ -185,15 +199,18 @@ pub(crate) fn timeout_of(timeout_ms: c_int) -> Option<Duration> {
     u64::try_from(timeout_ms).ok().map(Duration::from_millis)
 }
 
-/// Keys from here up are reserved: `usize::MAX - 2` by the C layer (its signal watch), the
-/// rest by herdless.
-const FIRST_RESERVED_C_KEY: usize = usize::MAX - 2;
-
-fn check_key(key: usize) -> Result<(), Failure> {
-    if key >= FIRST_RESERVED_C_KEY {
-        return Err(herdless::Error::ReservedKey { key }.into());
-    }
-    Ok(())
+/// The bits of an event (`herdless_event.events`).
+fn event_bits(event: &herdless::Event) -> u32 {
+    [
+        (event.is_readable(), HERDLESS_READABLE),
+        (event.is_writable(), HERDLESS_WRITABLE),
+        (event.is_priority(), HERDLESS_PRIORITY),
+        (event.is_read_closed(), HERDLESS_HANGUP),
+        (event.is_error(), HERDLESS_ERROR),
+    ]
+    .iter()
+    .filter(|(set, _)| *set)
+    .fold(0, |bits, (_, bit)| bits | bit)
 }
 
 /// Interest bits → Interest.
@@ -238,7 +255,7 @@ fn interest_of(bits: u32) -> Result<Interest, Failure> {
 #[cfg(unix)]
 fn with_source<R>(
     fd: herdless_fd,
-    f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> herdless::Result<R>,
+    f: impl FnOnce(&std::os::fd::BorrowedFd<'_>) -> herdless::Result<R>,
 ) -> Result<R, Failure> {
     if fd < 0 {
         return Err(herdless::Error::BadDescriptor { fd }.into());
@@ -247,14 +264,14 @@ fn with_source<R>(
     // this call, as a number; if the caller closed it, the kernel answers EBADF and herdless
     // returns BadDescriptor. -1 (the one value borrow_raw forbids) is refused above.
     let source = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    Ok(f(source)?)
+    Ok(f(&source)?)
 }
 
 /// Borrows a C socket for one registration call.
 #[cfg(windows)]
 fn with_source<R>(
     fd: herdless_fd,
-    f: impl FnOnce(std::os::windows::io::BorrowedSocket<'_>) -> herdless::Result<R>,
+    f: impl FnOnce(&std::os::windows::io::BorrowedSocket<'_>) -> herdless::Result<R>,
 ) -> Result<R, Failure> {
     let raw = fd as std::os::windows::io::RawSocket;
     if raw == !0 {
@@ -263,7 +280,7 @@ fn with_source<R>(
     // SAFETY: as on Unix: used only for this call's registration calls; INVALID_SOCKET (the
     // value borrow_raw forbids) is refused above.
     let source = unsafe { std::os::windows::io::BorrowedSocket::borrow_raw(raw) };
-    Ok(f(source)?)
+    Ok(f(&source)?)
 }
 
 /// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
@@ -556,9 +573,13 @@ pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
     })
 }
 
-/// Registers `fd` under `key` for `interest` (HERDLESS_READABLE / HERDLESS_WRITABLE /
-/// HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). Keep `fd` open until
-/// it is deleted. Keys from UINTPTR_MAX - 2 up are reserved.
+/// Registers `fd` with `data` for `interest` (HERDLESS_READABLE / HERDLESS_WRITABLE /
+/// HERDLESS_PRIORITY, with HERDLESS_EXCLUSIVE and/or HERDLESS_ONE_EVENT). `data` is the
+/// caller's own, as epoll's: any value (a pointer, an index), none reserved, and several
+/// descriptors may share one; every herdless_event of `fd` carries it. Keep `fd` open until it
+/// is deleted. A duplicate (dup) of a descriptor registered with this waiter is refused with
+/// HERDLESS_EEXIST when either registration is exclusive (the message names the registered
+/// number).
 ///
 /// With HERDLESS_EXCLUSIVE, `fd` must be non-blocking (O_NONBLOCK set: fcntl, or mq_open's
 /// flags): a wake-up can find nothing, and a blocking read would hang the member. A blocking
@@ -573,20 +594,20 @@ pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
 pub extern "C" fn herdless_add(
     waiter: herdless_waiter,
     fd: herdless_fd,
-    key: usize,
+    data: u64,
     interest: u32,
 ) -> c_int {
     ffi(|| {
         let interest = interest_of(interest)?;
-        check_key(key)?;
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        with_source(fd, |s| state.waiter.add(s, key, interest))?;
+        with_source(fd, |s| state.waiter.add(s, registry::key_of(fd), interest))?;
+        state.set_data(fd, data);
         Ok(HERDLESS_OK)
     })
 }
 
-/// Changes the key or interest of a registered `fd` (an exclusive registration is deleted and
+/// Changes the data or interest of a registered `fd` (an exclusive registration is deleted and
 /// added again, which the caller never sees).
 ///
 /// Returns HERDLESS_OK, or as herdless_add, with HERDLESS_ENOENT for an fd never added.
@@ -594,15 +615,17 @@ pub extern "C" fn herdless_add(
 pub extern "C" fn herdless_modify(
     waiter: herdless_waiter,
     fd: herdless_fd,
-    key: usize,
+    data: u64,
     interest: u32,
 ) -> c_int {
     ffi(|| {
         let interest = interest_of(interest)?;
-        check_key(key)?;
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        with_source(fd, |s| state.waiter.modify(s, key, interest))?;
+        with_source(fd, |s| {
+            state.waiter.modify(s, registry::key_of(fd), interest)
+        })?;
+        state.set_data(fd, data);
         // Changed by hand: herdless_poll no longer owns what it registered.
         #[cfg(unix)]
         state.forget_polled(fd);
@@ -621,6 +644,7 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
         let mut state = registry::lock(&entry)?;
         #[cfg(unix)]
         state.forget_polled(fd);
+        state.forget_data(fd);
         with_source(fd, |s| state.waiter.delete(s))?;
         Ok(HERDLESS_OK)
     })
@@ -669,46 +693,47 @@ pub unsafe extern "C" fn herdless_wait(
         let out = unsafe { std::slice::from_raw_parts_mut(events, capacity) };
         for (slot, event) in out.iter_mut().zip(state.user_events()) {
             *slot = herdless_event {
-                key: event.key,
-                events: if event.readable { HERDLESS_READABLE } else { 0 }
-                    | if event.writable { HERDLESS_WRITABLE } else { 0 },
+                data: state.data_of(event.key),
+                events: event_bits(&event),
             };
         }
         Ok(n as c_int)
     })
 }
 
-/// Says that the readiness of the event with `key` has been consumed (the message read, the
+/// Says that the readiness of the event with `data` has been consumed (the message read, the
 /// connection accepted). Call it right after the read and before handling the request: then
 /// the group watches the descriptor again without waking two members for one message, and this
 /// waiter goes to the back of the line. The next herdless_wait or herdless_poll does it
-/// anyway. A key with no event outstanding is ignored. For descriptors registered by
-/// herdless_poll, the key is the descriptor itself.
+/// anyway (and counts it in herdless_member_stats.unconsumed). Every event of the last wait
+/// with that data is consumed (several descriptors may share one); data with no event
+/// outstanding is ignored. For descriptors registered by herdless_poll, the data is the
+/// descriptor itself.
 ///
 /// Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
 #[no_mangle]
-pub extern "C" fn herdless_consumed(waiter: herdless_waiter, key: usize) -> c_int {
+pub extern "C" fn herdless_consumed(waiter: herdless_waiter, data: u64) -> c_int {
     ffi(|| {
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        state.waiter.consumed(key)?;
+        state.consumed(data, false)?;
         Ok(HERDLESS_OK)
     })
 }
 
-/// Says that the event with `key` found nothing: the read or accept failed with EAGAIN
+/// Says that the event with `data` found nothing: the read or accept failed with EAGAIN
 /// (EWOULDBLOCK), another member having taken the message first. It counts one empty wake-up
 /// for this member (herdless_member_stats.empty_wakeups) and then does what herdless_consumed
 /// does: call it instead of herdless_consumed for that event, not as well. For descriptors
-/// registered by herdless_poll, the key is the descriptor itself.
+/// registered by herdless_poll, the data is the descriptor itself.
 ///
 /// Returns HERDLESS_OK, a handle error, or HERDLESS_EIO.
 #[no_mangle]
-pub extern "C" fn herdless_found_nothing(waiter: herdless_waiter, key: usize) -> c_int {
+pub extern "C" fn herdless_found_nothing(waiter: herdless_waiter, data: u64) -> c_int {
     ffi(|| {
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        state.waiter.found_nothing(key)?;
+        state.consumed(data, true)?;
         Ok(HERDLESS_OK)
     })
 }
@@ -760,6 +785,7 @@ pub unsafe extern "C" fn herdless_stats(
                     events: s.events,
                     empty_wakeups: s.empty_wakeups,
                     token_wakeups: s.token_wakeups,
+                    unconsumed: s.unconsumed,
                 };
             }
         }

@@ -2,7 +2,7 @@
 //!
 //! The caller keeps its `struct pollfd` array and adds [`HERDLESS_POLLEXCL`] and
 //! [`HERDLESS_POLLONE`] to `events`. Each call compares the array with what the waiter has
-//! registered (the key of each registration is the descriptor itself) and adds, modifies or
+//! registered (the data of each registration is the descriptor itself) and adds, modifies or
 //! deletes registrations to match, then waits once and fills `revents` as `poll()` would for
 //! the descriptors herdless handed out. The real `revents` (POLLIN, POLLOUT, POLLHUP, POLLERR…)
 //! come from a zero-timeout `poll()` of those descriptors only: it sleeps in no wait queue, so
@@ -186,6 +186,7 @@ fn poll_locked(
 /// never there are no errors here: the registration is what goes.
 fn unregister(state: &mut WaiterState, fd: RawFd) -> Result<(), Failure> {
     state.forget_polled(fd);
+    state.forget_data(fd);
     match crate::with_source(fd, |s| state.waiter.delete(s)) {
         Ok(()) => Ok(()),
         Err(f) if f.code == crate::HERDLESS_ENOENT || f.code == crate::HERDLESS_EBADF => Ok(()),
@@ -236,8 +237,10 @@ fn update_and_wait(
         };
         let done = match known {
             Some(old) if old.bits == bits => continue,
-            Some(old) => crate::with_source(fd, |s| state.waiter.modify(s, fd as usize, interest))
-                .map(|()| old.identity),
+            Some(old) => crate::with_source(fd, |s| {
+                state.waiter.modify(s, registry::key_of(fd), interest)
+            })
+            .map(|()| old.identity),
             None => match state.tracker.identify(fd) {
                 Err(libc::EBADF) => Err(herdless::Error::BadDescriptor { fd }.into()),
                 Err(errno) => Err(Failure {
@@ -249,18 +252,16 @@ fn update_and_wait(
                     os_errno: Some(errno),
                 }),
                 Ok(identity) => {
-                    crate::with_source(fd, |s| state.waiter.add(s, fd as usize, interest))
+                    crate::with_source(fd, |s| state.waiter.add(s, registry::key_of(fd), interest))
                         .map(|()| identity)
-                        .map_err(|f| {
-                            state.tracker.forget(fd, identity);
-                            f
-                        })
+                        .inspect_err(|_| state.tracker.forget(fd, identity))
                 }
             },
         };
         match done {
             Ok(identity) => {
                 state.polled.insert(fd, Polled { bits, identity });
+                state.set_data(fd, fd as u64); // herdless_consumed(waiter, fd)
             }
             // poll() answers POLLNVAL for a closed descriptor.
             Err(f) if f.code == crate::HERDLESS_EBADF => {
@@ -288,12 +289,21 @@ fn update_and_wait(
         return Ok(count(fds));
     }
     for event in state.user_events() {
-        let (fd, readable, writable) = (event.key as RawFd, event.readable, event.writable);
+        let fd = event.key as RawFd;
         let asked = wanted.get(&fd).copied().unwrap_or(0);
         let revents = match probe(fd, asked) {
             0 => {
                 // Taken meanwhile (by a signal handler, say): report what herdless saw.
-                (if readable { READ_BITS } else { 0 }) | (if writable { WRITE_BITS } else { 0 })
+                [
+                    (event.is_readable(), READ_BITS),
+                    (event.is_writable(), WRITE_BITS),
+                    (event.is_priority(), libc::POLLPRI),
+                    (event.is_read_closed(), libc::POLLHUP),
+                    (event.is_error(), libc::POLLERR),
+                ]
+                .iter()
+                .filter(|(set, _)| *set)
+                .fold(0, |bits, (_, bit)| bits | bit)
             }
             ready => ready,
         };

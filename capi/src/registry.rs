@@ -102,11 +102,28 @@ pub(crate) struct Polled {
     pub(crate) identity: crate::identity::Identity,
 }
 
+/// The Rust key of the registration of C descriptor `fd`: its number. Every registration of a
+/// waiter has a number of its own, so the Rust keys are unique, and the C caller's data can be
+/// any value (`WaiterState::data`); the signal watch is known by its number too.
+pub(crate) fn key_of(fd: crate::herdless_fd) -> usize {
+    fd as usize
+}
+
+/// A Rust key no registration has (no descriptor has this number): what
+/// `herdless_found_nothing` counts under when no event of the last wait has its data.
+const NO_KEY: usize = usize::MAX;
+
 /// A waiter and what `herdless_poll` remembers between calls.
 pub(crate) struct WaiterState {
     pub(crate) waiter: Waiter,
     /// The buffer `herdless_wait` and `herdless_poll` receive into (grown on demand).
     pub(crate) events: Events,
+    /// The caller's data of each registration, by Rust key (`key_of`): herdless_add's and
+    /// herdless_modify's; a descriptor herdless_poll registered has its number.
+    data: std::collections::HashMap<usize, u64>,
+    /// The caller's events of the last wait, as (Rust key, data): what herdless_consumed and
+    /// herdless_found_nothing find by data.
+    last: Vec<(usize, u64)>,
     /// Descriptors `herdless_poll` registered.
     #[cfg(unix)]
     pub(crate) polled: HashMap<std::os::fd::RawFd, Polled>,
@@ -121,7 +138,7 @@ pub(crate) struct WaiterState {
     #[cfg(unix)]
     pub(crate) order: Vec<std::os::fd::RawFd>,
     /// The signalfd that ends a blocking wait when a handler is due (made on the first
-    /// blocking wait, registered with the waiter under `SIGNAL_KEY`).
+    /// blocking wait, registered with the waiter under its number, as every registration).
     #[cfg(any(target_os = "linux", target_os = "android"))]
     signals: Option<crate::signals::SignalWatch>,
 }
@@ -131,6 +148,8 @@ impl WaiterState {
         WaiterState {
             waiter,
             events: Events::with_capacity(1),
+            data: std::collections::HashMap::new(),
+            last: Vec::new(),
             #[cfg(unix)]
             polled: HashMap::new(),
             #[cfg(unix)]
@@ -146,7 +165,52 @@ impl WaiterState {
 
     /// The caller's events of the last wait (the signalfd's, if any, left out).
     pub(crate) fn user_events(&self) -> impl Iterator<Item = herdless::Event> + '_ {
-        self.events.iter().filter(|e| !is_signal_key(e.key))
+        let signals = self.signal_key();
+        self.events.iter().filter(move |e| Some(e.key) != signals)
+    }
+
+    /// The Rust key of the signal watch's registration, once it is made.
+    fn signal_key(&self) -> Option<usize> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            use std::os::fd::AsRawFd;
+            self.signals.as_ref().map(|w| key_of(w.fd().as_raw_fd()))
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        None
+    }
+
+    /// Records the caller's `data` for the registration of `fd`.
+    pub(crate) fn set_data(&mut self, fd: crate::herdless_fd, data: u64) {
+        self.data.insert(key_of(fd), data);
+    }
+
+    /// Forgets the data of `fd`'s registration (deleted).
+    pub(crate) fn forget_data(&mut self, fd: crate::herdless_fd) {
+        self.data.remove(&key_of(fd));
+    }
+
+    /// The caller's data of the registration with Rust key `key`.
+    pub(crate) fn data_of(&self, key: usize) -> u64 {
+        self.data.get(&key).copied().unwrap_or(key as u64)
+    }
+
+    /// herdless_consumed (`found_nothing` false) or herdless_found_nothing of `data`: every
+    /// event of the last wait with that data is consumed; `found_nothing` counts one empty
+    /// wake-up whether or not one had it, as the Rust call does.
+    pub(crate) fn consumed(&mut self, data: u64, found_nothing: bool) -> herdless::Result<()> {
+        let mut counted = !found_nothing;
+        for &(key, _) in self.last.iter().filter(|(_, d)| *d == data) {
+            match counted {
+                true => self.waiter.consumed(key)?,
+                false => self.waiter.found_nothing(key)?,
+            }
+            counted = true;
+        }
+        if !counted {
+            self.waiter.found_nothing(NO_KEY)?;
+        }
+        Ok(())
     }
 
     /// Forgets what `herdless_poll` knew of `fd` (it was deleted by herdless_delete, or added
@@ -172,10 +236,17 @@ impl WaiterState {
             self.events = Events::with_capacity(capacity);
         }
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        if timeout != Some(std::time::Duration::ZERO) {
-            return self.wait_for_signals(timeout);
-        }
-        self.wait_once(timeout)
+        let got = match timeout != Some(std::time::Duration::ZERO) {
+            true => self.wait_for_signals(timeout),
+            false => self.wait_once(timeout),
+        };
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let got = self.wait_once(timeout);
+        let mut last = std::mem::take(&mut self.last);
+        last.clear();
+        last.extend(self.user_events().map(|e| (e.key, self.data_of(e.key))));
+        self.last = last;
+        got
     }
 
     /// One wait of the Rust waiter; the signalfd's event (a signal seen while the thread does
@@ -214,12 +285,14 @@ impl WaiterState {
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn wait_for_signals(&mut self, timeout: Option<std::time::Duration>) -> Result<usize, Failure> {
-        use crate::signals::{SignalWatch, SIGNAL_KEY};
+        use crate::signals::SignalWatch;
+        use std::os::fd::AsRawFd;
         use std::time::Instant;
         if self.signals.is_none() {
             let watch = SignalWatch::new().map_err(|e| io_failure("making a signalfd", e))?;
+            let key = key_of(watch.fd().as_raw_fd());
             self.waiter
-                .add(watch.fd(), SIGNAL_KEY, herdless::Interest::READABLE)
+                .add(&watch.fd(), key, herdless::Interest::READABLE)
                 .map_err(Failure::from)?;
             self.signals = Some(watch);
         }
@@ -255,16 +328,6 @@ impl WaiterState {
                 return Ok(0);
             }
         }
-    }
-}
-
-fn is_signal_key(key: usize) -> bool {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    return key == crate::signals::SIGNAL_KEY;
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = key;
-        false
     }
 }
 

@@ -6,9 +6,9 @@
 //! race `ppoll` exists for). So, for the length of a blocking wait, the
 //! calling thread blocks the signals it had not blocked itself (`pthread_sigmask`, the way
 //! `ppoll` swaps masks atomically), and the waiter watches a `signalfd` of exactly those
-//! signals, registered once as an ordinary (non-exclusive) descriptor under a key no caller
-//! can use. A signal sent meanwhile stays pending, the signalfd turns readable, the wait
-//! returns; the old mask is put back before the call returns, so the handler runs then, in
+//! signals, registered once as an ordinary (non-exclusive) descriptor under its own number (the
+//! C layer's Rust keys are descriptor numbers, each its own: `registry::key_of`). A signal sent
+//! meanwhile stays pending, the signalfd turns readable, the wait returns; the old mask is put back before the call returns, so the handler runs then, in
 //! this thread, before the caller sees −1 / `EINTR`. A signal that would run no handler
 //! (ignored, or a default action of ignore) is let through and the wait goes on with the time
 //! left; one whose default action stops or ends the process does so. Events found together
@@ -27,10 +27,6 @@
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
-/// The key of the signalfd's registration: beyond every key a C caller may use (the C API
-/// refuses keys from `usize::MAX - 2` up; herdless itself reserves `usize::MAX - 1` up).
-pub(crate) const SIGNAL_KEY: usize = usize::MAX - 2;
 
 /// A waiter's signalfd and the signal set it watches now.
 pub(crate) struct SignalWatch {

@@ -2,8 +2,9 @@
 //! and the libherdless_c.so this `cargo test` just built, then run: the POLLONE four-call
 //! order, revents as poll() gives them and registrations that follow the array, bad input,
 //! seed 003's herd (threads on a pipe, forked processes on a POSIX message queue), the first
-//! program of docs/c.md, the flag bits against <poll.h>, and a named group removed while in
-//! use. Each runs on both backends where the backend matters.
+//! program of docs/c.md, the flag bits against <poll.h>, a named group removed while in use,
+//! and what an event carries (the caller's data, hang-ups and errors). Each runs on both
+//! backends where the backend matters.
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib into
 //! the same `deps` directory). Without a C compiler (`$CC`, else `cc`) the tests say so and
@@ -288,6 +289,23 @@ fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_native() {
 #[test]
 fn herdless_poll_fills_revents_as_poll_does_and_follows_the_array_emulated() {
     poll_shape("emulated");
+}
+
+fn events(backend: &str) {
+    checks_pass("events", backend);
+}
+
+/// The caller's 64-bit data in every event, shared by two descriptors and consumed at once;
+/// HERDLESS_HANGUP and HERDLESS_ERROR; a dup refused naming the registered number; an event
+/// left unconsumed counted.
+#[test]
+fn events_carry_the_callers_data_and_hang_ups_native() {
+    events("native");
+}
+
+#[test]
+fn events_carry_the_callers_data_and_hang_ups_emulated() {
+    events("emulated");
 }
 
 /// Seed 003's middleware from C: a supervisor forks and execs 100 server programs, which open

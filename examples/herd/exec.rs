@@ -44,6 +44,7 @@ pub enum Spawn {
 pub enum Job {
     Accept(crate::accept::ExecSpec),
     Herd(crate::herd_bench::ExecSpec),
+    Soak(crate::soak::ServerSpec),
 }
 
 /// If this process is an exec'd worker, runs it and returns its exit status.
@@ -59,6 +60,7 @@ pub fn worker_main() -> Option<i32> {
     Some(match job {
         Job::Accept(spec) => crate::accept::exec_worker(spec),
         Job::Herd(spec) => crate::herd_bench::exec_worker(spec),
+        Job::Soak(spec) => crate::soak::exec_server(spec),
     })
 }
 
@@ -163,7 +165,7 @@ impl Counters {
 /// A zero-filled memfd of `len` counters, close-on-exec.
 pub fn memfd(len: usize) -> io::Result<OwnedFd> {
     // SAFETY: a NUL-terminated name and flags; returns a fresh descriptor or -1.
-    let fd = unsafe { libc::memfd_create(b"herd-counters\0".as_ptr().cast(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(c"herd-counters".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -27,6 +27,8 @@ mod queue;
 #[cfg(target_os = "linux")]
 mod restart;
 #[cfg(target_os = "linux")]
+mod soak;
+#[cfg(target_os = "linux")]
 mod stress;
 
 #[cfg(target_os = "linux")]
@@ -70,6 +72,10 @@ enum Command {
     Stress(stress::Args),
     /// Rolling restart under load: what each setup drops while every worker is restarted.
     Restart(restart::Args),
+    /// Soak: exec'd servers on a named group and churning POSIX queues, killed, stopped and
+    /// restarted every second, loaded and quiet; every request's fate counted.
+    #[command(after_help = soak::DEFINITIONS)]
+    Soak(soak::Args),
 }
 
 #[cfg(target_os = "linux")]
@@ -87,6 +93,7 @@ fn main() {
         Some(Command::Drain(args)) => drain::run(args),
         Some(Command::Stress(args)) => stress::run(args),
         Some(Command::Restart(args)) => restart::run(args),
+        Some(Command::Soak(args)) => soak::run(args),
     };
     if let Err(e) = result {
         eprintln!("herd: {e}");

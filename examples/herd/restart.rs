@@ -629,7 +629,7 @@ fn worker(
         (Setup::HerdlessNative | Setup::HerdlessEmulated, Listen::Shared(l), Some(g)) => {
             let mut waiter = g.join()?;
             waiter.add(
-                l,
+                &l,
                 LISTENER as usize,
                 Interest::READABLE.exclusive().one_event_round_robin(),
             )?;
@@ -651,7 +651,7 @@ fn worker(
                 }
             }
             // Leaving: out of the line; the queue stays with the listener and the others.
-            waiter.delete(l)?;
+            waiter.delete(&l)?;
             drop(waiter);
         }
         #[cfg(feature = "tokio")]

@@ -209,7 +209,7 @@ fn check(workload: Workload, mode: Mode, args: &Args) -> Result<Row, Box<dyn std
         for _ in 0..args.waiters {
             let mut waiter = group.join()?;
             waiter.add(&channel.read, 0, mode.interest())?;
-            waiter.add(stop, STOP_KEY, Interest::READABLE)?;
+            waiter.add(&stop, STOP_KEY, Interest::READABLE)?;
             let (reads, out_of_range, read_total) = (&reads, &out_of_range, &read_total);
             handles.push(scope.spawn(move || -> std::io::Result<(u64, u64)> {
                 let mut events = Events::with_capacity(1);

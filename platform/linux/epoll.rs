@@ -120,7 +120,8 @@ pub(super) fn refusal(fd: RawFd, err: io::Error, context: &'static str) -> Error
     match err.raw_os_error() {
         Some(libc::ELOOP) | Some(libc::EINVAL) if is_epoll(fd) => Error::UnwatchableDescriptor {
             fd,
-            reason: "an epoll descriptor cannot be watched exclusively (EINVAL)",
+            reason: "an epoll descriptor cannot be watched exclusively (EINVAL): register it \
+                     without exclusive",
         },
         _ => registry::refusal(fd, err, context),
     }

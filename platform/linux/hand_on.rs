@@ -167,8 +167,8 @@ impl NativeWaiter {
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
         for &fd in &self.exclusive {
             let reg = &self.registrations[&fd];
-            if events.iter().any(|e| e.key == reg.key) {
-                continue;
+            if reg.outstanding {
+                continue; // handed out by this wait already
             }
             fds.push(libc::pollfd {
                 fd,

@@ -22,7 +22,10 @@ impl NativeWaiter {
         let file = registry::file_id(fd).ok_or(Error::BadDescriptor { fd })?;
         let old = self.registrations.get(&fd).copied();
         if old.is_some_and(|old| old.file == file) {
-            return Err(Error::AlreadyRegistered { fd });
+            return Err(Error::AlreadyRegistered { fd, registered: fd });
+        }
+        if let Some(registered) = self.registrations.duplicate_of(fd, file, interest) {
+            return Err(Error::AlreadyRegistered { fd, registered });
         }
         let gen = self.next_gen;
         let flags = epoll_flags(interest);
@@ -66,6 +69,7 @@ impl NativeWaiter {
                 file,
                 gen,
                 handed: 0,
+                outstanding: false,
                 mark: 0,
             },
         );

@@ -19,8 +19,6 @@
 
 use super::poller::Poller;
 
-use crate::interest::FIRST_RESERVED_KEY;
-
 /// How many processes' deaths one member watches at once (it depends on one or two per
 /// source, and watches its neighbour in the group).
 #[cfg(target_os = "linux")]
@@ -30,7 +28,7 @@ const WATCHED: usize = 8;
 /// descriptor number (the emulation's poller keys are descriptor numbers) and below the door
 /// bell's key.
 #[cfg(target_os = "linux")]
-const DEATH_KEYS: usize = FIRST_RESERVED_KEY - 64;
+const DEATH_KEYS: usize = super::FIRST_OWN_KEY - 64;
 
 /// One watched process.
 #[cfg(target_os = "linux")]
@@ -194,4 +192,4 @@ impl DeathWatch {
 }
 
 #[cfg(not(target_os = "linux"))]
-const _: usize = FIRST_RESERVED_KEY;
+const _: usize = super::FIRST_OWN_KEY;

@@ -5,8 +5,9 @@
 
 use super::{Candidate, EmulatedWaiter, Pending, Protocol, DOORBELL_KEY};
 use crate::error::RawSource;
-use crate::interest::Interest;
-use crate::interest::{Event, Events};
+#[cfg(unix)]
+use crate::interest::Readiness;
+use crate::interest::{Event, Events, Interest};
 use crate::registry;
 
 impl EmulatedWaiter {
@@ -46,11 +47,8 @@ impl EmulatedWaiter {
             self.candidates.push(Candidate {
                 fd,
                 seq: reg.seq,
-                event: Event {
-                    key: reg.key,
-                    readable: ev.readable,
-                    writable: ev.writable,
-                },
+                event: Event::new(reg.key, reg.interest, ev.ready),
+                exact: ev.exact,
             });
         }
         // Serve in registration order, starting after the descriptor served last.
@@ -63,6 +61,7 @@ impl EmulatedWaiter {
                 seq: c.seq,
                 event: c.event,
                 found_by: self.polls,
+                exact: c.exact,
             });
         }
         rung
@@ -95,14 +94,15 @@ impl EmulatedWaiter {
     }
 
     /// Looks again, with one poll(2), at the first `window` queued descriptors found by an
-    /// earlier kernel wait: each one's event is updated, or marked stale (found_by = MAX).
+    /// earlier kernel wait, or whose hang-up and error the poller did not say: each one's event
+    /// is updated, or marked stale (found_by = MAX).
     #[cfg(unix)]
     pub(super) fn look_again(&mut self, window: usize) {
         let polls = self.polls;
         let mut pollfds = std::mem::take(&mut self.pollfds);
         pollfds.clear();
         for p in self.pending.iter().take(window) {
-            if p.found_by != polls {
+            if p.found_by != polls || !p.exact {
                 let interest = self.registrations.get(&p.fd).map(|r| r.interest);
                 pollfds.push(libc::pollfd {
                     fd: p.fd,
@@ -116,19 +116,16 @@ impl EmulatedWaiter {
             let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, 0) };
             let mut looked = pollfds.iter();
             for p in self.pending.iter_mut().take(window) {
-                if p.found_by == polls {
+                if p.found_by == polls && p.exact {
                     continue;
                 }
                 let revents = looked.next().map_or(0, |l| l.revents) as libc::c_int;
                 let ready = n > 0 && revents & !libc::POLLNVAL as libc::c_int != 0;
-                if ready {
-                    p.event.readable = revents
-                        & (libc::POLLIN | libc::POLLPRI | libc::POLLHUP | libc::POLLERR)
-                            as libc::c_int
-                        != 0;
-                    p.event.writable =
-                        revents & (libc::POLLOUT | libc::POLLERR) as libc::c_int != 0;
+                let interest = self.registrations.get(&p.fd).map(|r| r.interest);
+                if let (true, Some(interest)) = (ready, interest) {
+                    p.event = Event::new(p.event.key, interest, Readiness::from_poll(revents));
                     p.found_by = polls;
+                    p.exact = true;
                 } else {
                     p.found_by = u64::MAX;
                 }
@@ -216,11 +213,11 @@ pub(super) fn poll_event(fd: RawSource, interest: Interest, key: usize) -> Optio
     if n != 1 || revents & libc::POLLNVAL != 0 {
         return None;
     }
-    Some(Event {
+    Some(Event::new(
         key,
-        readable: revents & (libc::POLLIN | libc::POLLPRI | libc::POLLHUP | libc::POLLERR) != 0,
-        writable: revents & (libc::POLLOUT | libc::POLLERR) != 0,
-    })
+        interest,
+        Readiness::from_poll(libc::c_int::from(revents)),
+    ))
 }
 
 /// Is `fd` still ready for `interest` right now (a zero-timeout `poll`)? `None` where the

@@ -25,13 +25,14 @@ pub(super) fn identify(fd: RawSource) -> Result<u64> {
         libc::S_IFREG if !is_message_queue(fd) => {
             return Err(Error::UnwatchableDescriptor {
                 fd,
-                reason: "a regular file is always ready; readiness polling does not apply",
+                reason: "a regular file is always ready; readiness polling does not apply: read \
+                         it without waiting for it",
             })
         }
         libc::S_IFDIR => {
             return Err(Error::UnwatchableDescriptor {
                 fd,
-                reason: "a directory cannot be polled",
+                reason: "a directory cannot be polled; watch a pipe, a socket or a queue instead",
             })
         }
         _ => {}

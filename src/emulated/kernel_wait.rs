@@ -12,16 +12,20 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use super::poller::{Events, Poller};
+use crate::interest::Readiness;
 
 /// One event found by a kernel wait.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Seen {
     /// The registration's key in the poller.
     pub(crate) key: usize,
-    /// Readable (or hung up, in error, or with priority data).
-    pub(crate) readable: bool,
-    /// Writable (or hung up, or in error).
-    pub(crate) writable: bool,
+    /// What the poller said the descriptor is ready for (its readable and writable flags
+    /// include a hang-up and an error, as `polling`'s do).
+    pub(crate) ready: Readiness,
+    /// Did the poller say whether it hung up or is in error? kqueue, through `polling`, does
+    /// not (its `is_err` is `None`): then a poll(2) of the descriptor tells before the event
+    /// is handed out (`EmulatedWaiter::look_again`).
+    pub(crate) exact: bool,
 }
 
 /// The events one kernel wait found, in a buffer kept from wait to wait.
@@ -56,8 +60,14 @@ impl RawEvents {
     pub(crate) fn iter(&self) -> impl Iterator<Item = Seen> + '_ {
         self.events.iter().map(|ev| Seen {
             key: ev.key,
-            readable: ev.readable || ev.is_priority(),
-            writable: ev.writable,
+            ready: Readiness {
+                input: ev.readable,
+                output: ev.writable,
+                priority: ev.is_priority(),
+                hangup: ev.is_interrupt(),
+                error: ev.is_err().unwrap_or(false),
+            },
+            exact: ev.is_err().is_some(),
         })
     }
 

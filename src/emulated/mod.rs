@@ -61,7 +61,7 @@ use poller::Poller;
 
 use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
-use crate::interest::{Event, Interest, FIRST_RESERVED_KEY};
+use crate::interest::{Event, Interest};
 use crate::liveness::Liveness;
 use crate::members::Membership;
 use crate::registry::{self, FileId, Registry};
@@ -73,8 +73,13 @@ pub(crate) use protocol::{region, Protocol};
 use protocol::{Hold, Occupant};
 use protocol::{SourceTable, TableLayout};
 
+/// Poller keys from here up are the emulation's own descriptors' (the door bell, the death
+/// watches), above every registration's token (`crate::registry::token`: below 2^63, or a
+/// descriptor number). The caller's keys never reach the poller: any key is the caller's.
+const FIRST_OWN_KEY: usize = usize::MAX - 1;
+
 /// The poller key of the member's door bell.
-const DOORBELL_KEY: usize = FIRST_RESERVED_KEY;
+const DOORBELL_KEY: usize = FIRST_OWN_KEY;
 
 /// What the emulation adds to a group: this process's side of the door bells, and the shape of
 /// the group's source table.
@@ -146,6 +151,9 @@ impl registry::Registered for Registration {
     fn interest(&self) -> Interest {
         self.interest
     }
+    fn file(&self) -> FileId {
+        self.file
+    }
 }
 
 /// A ready descriptor found by one kernel wait, before it is handed out.
@@ -153,6 +161,8 @@ struct Candidate {
     fd: RawSource,
     seq: u64,
     event: Event,
+    /// Did the poller say whether it hung up or is in error (see `kernel_wait::Seen`)?
+    exact: bool,
 }
 
 /// A ready descriptor of the member's own (not exclusive) in the queue of those not yet
@@ -165,6 +175,10 @@ struct Pending {
     /// The kernel wait that found it ready: from an earlier one, it is looked at again before
     /// it is handed out (another thread may have read it meanwhile).
     found_by: u64,
+    /// Are its event's hang-up and error flags known? If not (kqueue), it is looked at again
+    /// too (by the poll(2) look, Unix only: IOCP always says).
+    #[cfg_attr(not(unix), allow(dead_code))]
+    exact: bool,
 }
 
 /// One member's emulated half.

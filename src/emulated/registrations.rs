@@ -26,10 +26,13 @@ impl EmulatedWaiter {
         let file = registry::file_id(fd).ok_or(Error::BadDescriptor { fd })?;
         if let Some(old) = self.registrations.get(&fd) {
             if old.identity == identity && old.file == file {
-                return Err(Error::AlreadyRegistered { fd });
+                return Err(Error::AlreadyRegistered { fd, registered: fd });
             }
             // The old descriptor was closed and its number reused: forget the old one.
             self.forget(group, fd);
+        }
+        if let Some(registered) = self.registrations.duplicate_of(fd, file, interest) {
+            return Err(Error::AlreadyRegistered { fd, registered });
         }
         self.rebuild_if_due(group)?;
         let source = match interest.is_exclusive() {
@@ -41,14 +44,17 @@ impl EmulatedWaiter {
                 let trial = registry::token(fd, self.next_seq) as usize;
                 self.poller_add(fd, trial, interest)?;
                 self.poller_delete(fd);
-                if self
-                    .sources
-                    .iter()
-                    .any(|&s| group.source(s).is_for(identity))
-                {
-                    // Another descriptor of the same open file and direction (a dup) is
-                    // registered exclusive already: one token per file and member.
-                    return Err(Error::AlreadyRegistered { fd });
+                // Another descriptor of the same identity registered exclusive (one token per
+                // file and member), where `duplicate_of` cannot tell (no device and inode: a
+                // socket known by its names, on FreeBSD).
+                let registrations = &self.registrations;
+                let same = self.exclusive_fds.iter().find(|&other| {
+                    registrations[other]
+                        .source
+                        .is_some_and(|s| group.source(s).is_for(identity))
+                });
+                if let Some(&registered) = same {
+                    return Err(Error::AlreadyRegistered { fd, registered });
                 }
                 Some(group.join_source(identity, self.me)?)
             }

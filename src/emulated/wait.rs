@@ -102,7 +102,12 @@ impl EmulatedWaiter {
         let me = self.me;
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        // Coming back to wait: what was handed out last time has been consumed.
+        // Coming back to wait: what was handed out last time has been consumed; what the
+        // caller did not say so for is counted.
+        if !self.holding.is_empty() {
+            let unconsumed = self.holding.len() as u64;
+            tk.shared.member(me.slot).unconsumed.add(unconsumed);
+        }
         while let Some((s, _, hold)) = self.holding.pop() {
             tk.release(s, hold);
             self.end_turn(tk, s);
@@ -311,7 +316,7 @@ impl EmulatedWaiter {
             .flatten()
             .min();
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let deadline_first = left.is_some_and(|l| timers.map_or(true, |t| l <= t));
+        let deadline_first = left.is_some_and(|l| timers.is_none_or(|t| l <= t));
         Ok(Pass {
             probe,
             check_every,
@@ -551,7 +556,7 @@ impl EmulatedWaiter {
     /// Runs the periodic liveness check of this member's sources if it is due (`next_check`);
     /// returns whether it ran.
     pub(super) fn check_due(&mut self, tk: &Protocol<'_>) -> bool {
-        if !self.next_check.is_some_and(|at| Instant::now() >= at) {
+        if self.next_check.is_none_or(|at| Instant::now() < at) {
             return false;
         }
         self.next_check = None;

@@ -52,7 +52,7 @@ pub(super) fn check_socket(fd: RawSource) -> Result<()> {
         WSANOTINITIALISED => Err(Error::BadDescriptor { fd }),
         WSAENOTSOCK if handle_is_open(fd) => Err(Error::UnwatchableDescriptor {
             fd,
-            reason: "not a socket: on Windows the poller watches sockets only",
+            reason: "not a socket: on Windows the poller watches sockets only; register a socket",
         }),
         WSAENOTSOCK => Err(Error::BadDescriptor { fd }),
         code => Err(Error::io(

@@ -58,7 +58,7 @@ pub fn gettid() -> i32 {
 
 /// Voluntary context switches of the calling thread: its kernel-level wake-ups.
 pub fn vcsw() -> u64 {
-    herdless::counters::thread_voluntary_switches().expect("getrusage")
+    herdless_fixtures::counters::thread_voluntary_switches().expect("getrusage")
 }
 
 /// Waits (bounded) until every listed thread sleeps in the kernel's wait. Checks the real
@@ -270,7 +270,7 @@ impl Turns {
                         member_loop(&mut waiter, rx, |id| ack_tx.send(id).unwrap(), |_| {});
                     // SAFETY: the pipe's read end lives until every member thread was joined.
                     let rx = unsafe { std::os::fd::BorrowedFd::borrow_raw(rx) };
-                    waiter.delete(rx).ok();
+                    waiter.delete(&rx).ok();
                     result
                 })
             })
@@ -495,7 +495,7 @@ impl Kill {
             let fits = |i: &usize| {
                 let m = stats.iter().find(|m| m.pid == pids[*i] as u32);
                 m.is_some_and(|m| m.alive && m.leader == wants_leader)
-                    && herdless::counters::asleep_in_wait(pids[*i] as u32, pids[*i])
+                    && herdless_fixtures::counters::asleep_in_wait(pids[*i] as u32, pids[*i])
             };
             if let Some(victim) = (0..pids.len()).filter(|i| !killed.contains(i)).find(fits) {
                 return victim;

@@ -101,7 +101,7 @@ impl Worker<'_> {
             Mode::Herdless(group) => {
                 let mut waiter = group.join()?;
                 let shared = Interest::READABLE.exclusive().one_event_round_robin();
-                waiter.add(self.listener, LISTENER as usize, shared)?;
+                waiter.add(&self.listener, LISTENER as usize, shared)?;
                 waiter.add(&self.control, CONTROL as usize, Interest::READABLE)?;
                 self.ready()?;
                 self.serve_herdless(&mut waiter)

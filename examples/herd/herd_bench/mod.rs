@@ -229,7 +229,7 @@ fn compare(
 /// directory of a given path must exist (it is not created) and the file must be writable
 /// (opened without truncating it, or created and removed again). The error names the flag and
 /// the path.
-fn check_output(
+pub fn check_output(
     flag: &str,
     given: Option<&Path>,
     default_dir: &Path,

@@ -856,8 +856,8 @@ impl Member {
             }
             Some(group) => {
                 let mut waiter = group.join()?;
-                waiter.add(source, 0, mode.interest())?;
-                waiter.add(stop_source, STOP_KEY, Interest::READABLE)?;
+                waiter.add(&source, 0, mode.interest())?;
+                waiter.add(&stop_source, STOP_KEY, Interest::READABLE)?;
                 Ok(Member::Herdless {
                     waiter: Box::new(waiter),
                     events: Events::with_capacity(1),
@@ -919,7 +919,7 @@ impl Member {
         if let Member::Herdless { mut waiter, .. } = self {
             for raw in [fd, stop] {
                 // SAFETY: as above.
-                let _ = waiter.delete(unsafe { BorrowedFd::borrow_raw(raw) });
+                let _ = waiter.delete(&unsafe { BorrowedFd::borrow_raw(raw) });
             }
         }
     }
@@ -980,7 +980,7 @@ fn member_loop(
 }
 
 fn switches() -> u64 {
-    herdless::counters::thread_voluntary_switches().unwrap_or(0)
+    herdless_fixtures::counters::thread_voluntary_switches().unwrap_or(0)
 }
 
 /// CPU time (user + system) of the calling thread so far, in nanoseconds:

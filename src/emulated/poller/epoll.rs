@@ -7,7 +7,7 @@
 //!
 //! An event's flags are those of `polling`'s epoll backend, so both pollers report alike:
 //! readable is `EPOLLIN`, `EPOLLPRI`, a hang-up or an error; writable is `EPOLLOUT`, a hang-up
-//! or an error.
+//! or an error; `is_interrupt` is a hang-up and `is_err` an error, as polling names them.
 
 use std::io;
 use std::num::NonZeroUsize;
@@ -34,6 +34,8 @@ pub(crate) struct Event {
     pub(crate) readable: bool,
     pub(crate) writable: bool,
     priority: bool,
+    hangup: bool,
+    error: bool,
 }
 
 impl Event {
@@ -43,6 +45,8 @@ impl Event {
             readable,
             writable,
             priority: false,
+            hangup: false,
+            error: false,
         }
     }
 
@@ -52,6 +56,16 @@ impl Event {
 
     pub(crate) fn is_priority(&self) -> bool {
         self.priority
+    }
+
+    /// Hung up (`EPOLLHUP`), as polling's `is_interrupt`.
+    pub(crate) fn is_interrupt(&self) -> bool {
+        self.hangup
+    }
+
+    /// In error (`EPOLLERR`), as polling's `is_err` (always known here).
+    pub(crate) fn is_err(&self) -> Option<bool> {
+        Some(self.error)
     }
 
     fn flags(&self) -> Flags {
@@ -155,6 +169,8 @@ impl Events {
             readable: flags.intersects(READ),
             writable: flags.intersects(WRITE),
             priority: flags.contains(Flags::EPOLLPRI),
+            hangup: flags.contains(Flags::EPOLLHUP),
+            error: flags.contains(Flags::EPOLLERR),
         })
     }
 }

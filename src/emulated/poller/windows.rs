@@ -47,6 +47,16 @@ impl Event {
     pub(crate) fn is_priority(&self) -> bool {
         self.extra.is_pri()
     }
+
+    /// The socket was hung up or reset (AFD's `ABORT`), as polling's `is_interrupt`.
+    pub(crate) fn is_interrupt(&self) -> bool {
+        self.extra.is_hup()
+    }
+
+    /// A connection attempt failed (AFD's `CONNECT_FAIL`), as polling's `is_err`.
+    pub(crate) fn is_err(&self) -> Option<bool> {
+        self.extra.is_err()
+    }
 }
 
 /// How a registration reports (the emulation uses `Level` only).

@@ -112,7 +112,7 @@ pub use error::{Error, RawSource, Result};
 pub use group::{Group, GroupBuilder};
 pub use interest::{Event, Events, Interest};
 #[cfg(all(unix, not(loom)))]
-pub use line::{LINE_MEMBERS, LINE_SOURCES};
+pub use line::{join_line, line_name, LINE_MEMBERS, LINE_SOURCES};
 #[cfg(all(unix, not(loom)))]
 pub use poll::{poll, poll_consumed, PollFd, PollWaiter, POLLEXCL, POLLONE};
 pub use source::AsSource;

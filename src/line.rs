@@ -216,6 +216,54 @@ pub(crate) fn class_of_array(entries: impl Iterator<Item = (RawFd, i16)>) -> Res
     Ok(found.map_or(Class::Private { backend }, |(_, class)| class))
 }
 
+/// The name of the line of the object behind `fd` (`implicit.native.1000.x.600`: its permission
+/// class's implicit group, see this module), on the backend `HERDLESS_BACKEND` selects: two
+/// descriptors with one name may be registered by one member of that line.
+///
+/// ```
+/// let (a, b) = std::os::unix::net::UnixStream::pair()?;
+/// // Two sockets of one user: one line.
+/// assert_eq!(herdless::line_name(&a)?, herdless::line_name(&b)?);
+/// # Ok::<(), herdless::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::BadDescriptor`] if `fd` is not open; [`Error::Io`] if it cannot be inspected; the
+/// backend's errors ([`Error::InvalidSetting`], [`Error::BackendUnavailable`]).
+pub fn line_name<F: std::os::fd::AsFd + ?Sized>(fd: &F) -> Result<String> {
+    Ok(class_of_fd(fd)?.name())
+}
+
+/// A new member of the line of the object behind `fd`, owned by the caller instead of kept in
+/// the calling thread's table (as [`poll`](crate::poll)'s are): for a layer that keeps its own
+/// waiters, such as the preload library's per epoll instance. It leaves the line when dropped.
+/// Descriptors of the same [`line_name`] may be registered on it, exclusive or not.
+///
+/// ```
+/// use herdless::Interest;
+/// let (_tx, rx) = std::os::unix::net::UnixStream::pair()?;
+/// rx.set_nonblocking(true)?;
+/// let mut waiter = herdless::join_line(&rx)?;
+/// waiter.add(&rx, 0, Interest::SHARED)?;
+/// # Ok::<(), herdless::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`line_name`], and opening or joining the line's group: [`Error::LineRefused`],
+/// [`Error::GroupFull`], [`Error::Io`].
+pub fn join_line<F: std::os::fd::AsFd + ?Sized>(fd: &F) -> Result<Waiter> {
+    join(&class_of_fd(fd)?)
+}
+
+/// The class of the open object `fd`.
+fn class_of_fd<F: std::os::fd::AsFd + ?Sized>(fd: &F) -> Result<Class> {
+    use std::os::fd::AsRawFd;
+    let fd = fd.as_fd().as_raw_fd();
+    class_of(fd, backend()?)?.ok_or(Error::BadDescriptor { fd })
+}
+
 /// One member of this thread: its class, the layer's type, and the layer's state (which holds
 /// the `Waiter`).
 struct Entry {

@@ -11,7 +11,7 @@ accepted and empty counts per worker, in registration order.
 
 Nothing here knows herdless: run it with LD_PRELOAD=libherdless_preload.so to give it turns.
 
-Usage: accept_rig.py [--workers 8] [--connections 500] [--gap-ms 2]
+Usage: accept_rig.py [--workers 8] [--connections 500] [--gap-ms 2] [--no-flag]
 """
 import argparse
 import errno
@@ -22,11 +22,13 @@ import socket
 import sys
 import time
 
+FLAG = True  # --no-flag: the listener registered without EPOLLEXCLUSIVE
+
 
 def worker(index, listener, go_r, ack_w, stop_r, out_w):
     os.read(go_r, 1)  # the parent's "register now"
     ep = select.epoll()
-    ep.register(listener.fileno(), select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    ep.register(listener.fileno(), select.EPOLLIN | (select.EPOLLEXCLUSIVE if FLAG else 0))
     ep.register(stop_r, select.EPOLLIN)
     os.write(ack_w, b"r")
     accepted = empty = wakeups = 0
@@ -61,7 +63,10 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--connections", type=int, default=500)
     ap.add_argument("--gap-ms", type=float, default=2.0)
+    ap.add_argument("--no-flag", action="store_true", help="register without EPOLLEXCLUSIVE")
     args = ap.parse_args()
+    global FLAG
+    FLAG = not args.no_flag
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))

@@ -264,6 +264,7 @@ pub(crate) fn add_exclusive(epfd: RawFd, fd: RawFd, event: *mut epoll_event) -> 
         ));
         return 0;
     }
+    debug(format_args!("fd {fd} on epoll {epfd}: held by herdless"));
     // Held by herdless now: the kernel's copy goes.
     // SAFETY: a registration this call just made.
     unsafe { (real().epoll_ctl)(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };

@@ -576,6 +576,9 @@ mod tests {
             | Error::PermissionDenied { .. }
             | Error::InvalidGroupName { .. }
             | Error::Unsupported { .. }
+            | Error::Interrupted
+            | Error::LinesDiffer { .. }
+            | Error::LineRefused { .. }
             | Error::Io { .. } => {}
         }
     }

@@ -419,9 +419,8 @@ pub(crate) fn wait(
                 .and_then(|t| t.instances.get(&epfd))
                 .map(|i| i.regs.clone())
                 .unwrap_or_default();
-            let Some(&first) = regs.keys().next() else {
-                return None;
-            };
+            // No registration left to hold: the kernel's epoll has them all.
+            let &first = regs.keys().next()?;
             match build(epfd, first, &regs) {
                 Ok(m) => {
                     *lock(&live.notifier) = Some(m.poll.waiter().notifier());

@@ -11,7 +11,8 @@
 //!   every child, and `poll()` with `HERDLESS_POLLEXCL`: nothing lost or duplicated, turns;
 //! - `c/transcript.c`, every answer of epoll, poll, close and dup2 written down (errors,
 //!   events, registrations ended by close and dup2, numbers reused, an instance closed): the
-//!   same transcript byte for byte with and without the preload.
+//!   same transcript byte for byte with and without the preload; and `c/threads_ctl.c`,
+//!   registrations changed by one thread while another waits on the instance.
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib for
 //! its tests). Without a C compiler or python3 a test says SKIPPED and passes.
@@ -261,5 +262,24 @@ fn epoll_poll_close_and_dup2_answer_as_without_the_preload() {
             "{backend}: {}",
             String::from_utf8_lossy(&with.stderr)
         );
+    }
+}
+
+/// An exclusive ADD, a close and a DEL made by one thread while another waits on the same
+/// instance take effect in that wait, as without the preload.
+#[test]
+fn registrations_changed_while_another_thread_waits_take_effect_in_its_wait() {
+    let Some(exe) = program("threads_ctl") else {
+        return;
+    };
+    let without = run(Command::new(&exe), None);
+    for backend in BACKENDS {
+        let with = run(Command::new(&exe), Some(backend));
+        assert_eq!(
+            String::from_utf8_lossy(&with.stdout),
+            String::from_utf8_lossy(&without.stdout),
+            "{backend}"
+        );
+        assert_eq!(held(&with), 2, "{backend}");
     }
 }

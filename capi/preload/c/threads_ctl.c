@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,9 @@ static void *waiter(void *arg) {
     int timeout = step == 'w' ? 5000 : 300;
     struct epoll_event evs[4];
     int n = epoll_wait(ep, evs, 4, timeout);
+    int e = errno;
     char line[128];
-    int len = snprintf(line, sizeof line, "wait: %d", n);
+    int len = snprintf(line, sizeof line, "wait: %d%s", n, n < 0 && e == EINTR ? " EINTR" : "");
     for (int i = 0; i < n; i++)
       len += snprintf(line + len, sizeof line - len, " [%#x data %llu]", evs[i].events,
                       (unsigned long long)evs[i].data.u64);
@@ -37,6 +39,9 @@ static void *waiter(void *arg) {
   }
   return NULL;
 }
+
+static volatile sig_atomic_t handled;
+static void on_usr1(int sig) { (void)sig; handled = 1; }
 
 static void settle(void) {
   struct timespec t = {0, 50 * 1000 * 1000};
@@ -87,6 +92,17 @@ int main(void) {
   printf("ctl DEL q: %d\n", epoll_ctl(ep, EPOLL_CTL_DEL, q[0], NULL));
   if (write(q[1], "c", 1) != 1) die("write q");
   result();
+
+  printf("-- a signal with a handler (no SA_RESTART) for the waiting thread\n");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  if (write(step_w, "w", 1) != 1) die("step");
+  settle();
+  pthread_kill(t, SIGUSR1);
+  result();
+  printf("handler ran: %d\n", (int)handled);
 
   close(step_w);
   pthread_join(t, NULL);

@@ -133,6 +133,20 @@ int main(void) {
   events("wait 0 (reused, nothing written)", ep, 0);
   say("write", (int)write(p[1], "u", 1));
   events("wait 100 (reused, written)", ep, 100);
+  {
+    struct epoll_event evs[2];
+    sigset_t mask;
+    sigemptyset(&mask);
+    int n = epoll_pwait(ep, evs, 2, 100, &mask);
+    printf("%-44s = %d [%#x data %llu]\n", "pwait 100 (reused, written)", n, n > 0 ? evs[0].events : 0,
+           n > 0 ? (unsigned long long)evs[0].data.u64 : 0ULL);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    n = epoll_pwait2(ep, evs, 2, &ts, NULL);
+    printf("%-44s = %d [%#x data %llu]\n", "pwait2 100ms (reused, written)", n, n > 0 ? evs[0].events : 0,
+           n > 0 ? (unsigned long long)evs[0].data.u64 : 0ULL);
+    struct timespec bad = {0, -1};
+    say("pwait2 bad timeout", epoll_pwait2(ep, evs, 2, &bad, NULL));
+  }
   say("read", (int)read(p[0], &c, 1));
 
   printf("-- dup2 over a registered number\n");

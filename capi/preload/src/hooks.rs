@@ -310,6 +310,53 @@ pub unsafe extern "C" fn ppoll(
     with_mask(sigmask, || shared_poll(fds, nfds, span))
 }
 
+/// Does a fortified call's array of `len` bytes hold `nfds` entries (else glibc's own check
+/// ends the program, as without the preload)?
+fn fits(nfds: nfds_t, len: usize) -> bool {
+    (len / std::mem::size_of::<pollfd>()) as u64 >= nfds as u64
+}
+
+/// `poll` as `_FORTIFY_SOURCE` builds call it.
+///
+/// # Safety
+///
+/// As glibc's `__poll_chk`.
+#[no_mangle]
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    timeout: c_int,
+    len: usize,
+) -> c_int {
+    if !fits(nfds, len) {
+        // SAFETY: the program's call, passed on (glibc reports the overflow).
+        return unsafe { (real().poll_chk)(fds, nfds, timeout, len) };
+    }
+    // SAFETY: the program's call, checked as glibc checks it.
+    unsafe { poll(fds, nfds, timeout) }
+}
+
+/// `ppoll` as `_FORTIFY_SOURCE` builds call it.
+///
+/// # Safety
+///
+/// As glibc's `__ppoll_chk`.
+#[no_mangle]
+pub unsafe extern "C" fn __ppoll_chk(
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    timeout: *const timespec,
+    sigmask: *const sigset_t,
+    len: usize,
+) -> c_int {
+    if !fits(nfds, len) {
+        // SAFETY: the program's call, passed on (glibc reports the overflow).
+        return unsafe { (real().ppoll_chk)(fds, nfds, timeout, sigmask, len) };
+    }
+    // SAFETY: the program's call, checked as glibc checks it.
+    unsafe { ppoll(fds, nfds, timeout, sigmask) }
+}
+
 /// # Safety
 ///
 /// As the C library's `close`.

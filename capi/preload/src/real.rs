@@ -1,5 +1,6 @@
 //! The C library's own calls, found once with `dlsym(RTLD_NEXT, name)`: the definitions that
-//! come after this library in the lookup order. `epoll_pwait2` (glibc 2.35) falls back to its
+//! come after this library in the lookup order (and glibc's `__poll_chk` and `__ppoll_chk`,
+//! which programs built with `_FORTIFY_SOURCE` call instead of `poll` and `ppoll`). `epoll_pwait2` (glibc 2.35) falls back to its
 //! system call where the C library has no such function.
 
 use libc::{c_int, c_void, epoll_event, nfds_t, pollfd, sigset_t, timespec};
@@ -14,6 +15,9 @@ type EpollPwait2 =
     unsafe extern "C" fn(c_int, *mut epoll_event, c_int, *const timespec, *const sigset_t) -> c_int;
 type Poll = unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int;
 type Ppoll = unsafe extern "C" fn(*mut pollfd, nfds_t, *const timespec, *const sigset_t) -> c_int;
+type PollChk = unsafe extern "C" fn(*mut pollfd, nfds_t, c_int, usize) -> c_int;
+type PpollChk =
+    unsafe extern "C" fn(*mut pollfd, nfds_t, *const timespec, *const sigset_t, usize) -> c_int;
 type Close = unsafe extern "C" fn(c_int) -> c_int;
 type Dup2 = unsafe extern "C" fn(c_int, c_int) -> c_int;
 type Dup3 = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
@@ -28,6 +32,8 @@ pub(crate) struct Real {
     pub(crate) epoll_pwait2: EpollPwait2,
     pub(crate) poll: Poll,
     pub(crate) ppoll: Ppoll,
+    pub(crate) poll_chk: PollChk,
+    pub(crate) ppoll_chk: PpollChk,
     pub(crate) close: Close,
     pub(crate) dup2: Dup2,
     pub(crate) dup3: Dup3,
@@ -98,6 +104,8 @@ pub(crate) fn real() -> &'static Real {
             },
             poll: resolve!("poll", Poll),
             ppoll: resolve!("ppoll", Ppoll),
+            poll_chk: resolve!("__poll_chk", PollChk),
+            ppoll_chk: resolve!("__ppoll_chk", PpollChk),
             close: resolve!("close", Close),
             dup2: resolve!("dup2", Dup2),
             dup3: resolve!("dup3", Dup3),

@@ -12,7 +12,8 @@
 //! - `c/transcript.c`, every answer of epoll, poll, close and dup2 written down (errors,
 //!   events, registrations ended by close and dup2, numbers reused, an instance closed): the
 //!   same transcript byte for byte with and without the preload; and `c/threads_ctl.c`,
-//!   registrations changed by one thread while another waits on the instance.
+//!   registrations changed by one thread while another waits on the instance; and
+//!   `c/fortified.c`, poll() of a `_FORTIFY_SOURCE` build (glibc's `__poll_chk`) with POLLONE.
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib for
 //! its tests). Without a C compiler or python3 a test says SKIPPED and passes.
@@ -64,6 +65,11 @@ fn held(out: &Output) -> usize {
 
 /// Compiles c/<name>.c once; None (said) without a C compiler.
 fn program(name: &str) -> Option<PathBuf> {
+    program_with(name, &[])
+}
+
+/// As [`program`], compiled with `flags` besides.
+fn program_with(name: &str, flags: &[&str]) -> Option<PathBuf> {
     static BUILT: Mutex<Vec<(String, Option<PathBuf>)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, exe)) = built.iter().find(|(n, _)| n == name) {
@@ -73,7 +79,9 @@ fn program(name: &str) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("c/{name}.c"));
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("preload-{name}"));
     let exe = match Command::new(&cc)
-        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .args(flags)
+        .arg("-o")
         .arg(&exe)
         .arg(&src)
         .args(["-lrt", "-lpthread"])
@@ -281,5 +289,35 @@ fn registrations_changed_while_another_thread_waits_take_effect_in_its_wait() {
             "{backend}"
         );
         assert_eq!(held(&with), 2, "{backend}");
+    }
+}
+
+/// poll() of a `_FORTIFY_SOURCE` build is glibc's `__poll_chk`: answered as poll, POLLONE's
+/// turns (a, b, a) under the preload, plain poll's both without.
+#[test]
+fn a_fortified_poll_takes_turns_with_pollone() {
+    let Some(exe) = program_with("fortified", &["-D_FORTIFY_SOURCE=2"]) else {
+        return;
+    };
+    let imports = Command::new("nm").arg("-D").arg(&exe).output();
+    match imports {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).contains("__poll_chk") => {}
+        _ => {
+            eprintln!("SKIPPED: this C library's headers do not fortify poll (or no nm)");
+            return;
+        }
+    }
+    let without = run(Command::new(&exe), None);
+    assert_eq!(
+        String::from_utf8_lossy(&without.stdout),
+        "poll: 2 ready: a b\n".repeat(3)
+    );
+    for backend in BACKENDS {
+        let with = run(Command::new(&exe), Some(backend));
+        assert_eq!(
+            String::from_utf8_lossy(&with.stdout),
+            "poll: 1 ready: a\npoll: 1 ready: b\npoll: 1 ready: a\n",
+            "{backend}"
+        );
     }
 }

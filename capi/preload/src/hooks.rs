@@ -313,7 +313,7 @@ pub unsafe extern "C" fn ppoll(
 /// Does a fortified call's array of `len` bytes hold `nfds` entries (else glibc's own check
 /// ends the program, as without the preload)?
 fn fits(nfds: nfds_t, len: usize) -> bool {
-    (len / std::mem::size_of::<pollfd>()) as u64 >= u64::from(nfds)
+    (len / std::mem::size_of::<pollfd>()) as nfds_t >= nfds
 }
 
 /// `poll` as `_FORTIFY_SOURCE` builds call it.

@@ -400,8 +400,10 @@ pub(crate) fn wait(
         .as_ref()
         .and_then(|t| t.instances.get(&epfd))
         .map(|i| i.live.clone())?;
-    if max <= 0 || out.is_null() {
-        return None; // the kernel's EINVAL or EFAULT
+    // The kernel's EINVAL or EFAULT (its bound on maxevents: INT_MAX / sizeof(epoll_event)).
+    let bound = c_int::MAX as usize / std::mem::size_of::<epoll_event>();
+    if max <= 0 || max as usize > bound || out.is_null() {
+        return None;
     }
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
@@ -438,7 +440,9 @@ pub(crate) fn wait(
             return None; // not reached: built above
         };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if let Err(e) = member.poll.wait(max as usize, left) {
+        // One event per held registration at most, the kernel epoll's and the signal watch's.
+        let capacity = (max as usize).min(member.regs.len() + 2);
+        if let Err(e) = member.poll.wait(capacity, left) {
             return Some(fail(errno_of(&e)));
         }
         let mut n = 0usize;

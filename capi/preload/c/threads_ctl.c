@@ -93,6 +93,17 @@ int main(void) {
   if (write(q[1], "c", 1) != 1) die("write q");
   result();
 
+  if (read(q[0], &c, 1) != 1) die("read q");
+  printf("-- two threads in epoll_wait on the instance: the second's own timeout\n");
+  printf("ctl ADD q: %d\n", epoll_ctl(ep, EPOLL_CTL_ADD, q[0], &ex2));
+  if (write(step_w, "w", 1) != 1) die("step");
+  settle();
+  struct epoll_event mine[4];
+  printf("main's wait 300 ms: %d\n", epoll_wait(ep, mine, 4, 300));
+  if (write(q[1], "d", 1) != 1) die("write q");
+  result();
+  if (read(q[0], &c, 1) != 1) die("read q");
+
   printf("-- a signal with a handler (no SA_RESTART) for the waiting thread\n");
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

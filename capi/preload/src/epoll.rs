@@ -22,7 +22,10 @@
 //!   "rotation after the program's next `epoll_wait` on that instance".
 //! - **Threads.** A `Member` is used by one thread at a time (its mutex). A thread that changes
 //!   registrations (ctl, close, dup2) while another waits on the instance raises `wanting` and
-//!   notifies the waiter, whose wait comes back empty, lets go of the mutex and waits again.
+//!   notifies the waiter, whose wait comes back empty, lets go of the mutex and waits again
+//!   once the change is done. Two threads in `epoll_wait` on one instance take turns at the
+//!   member (`Live::turn`): the second sleeps until the first's call returns, or its own
+//!   timeout ends (it returns 0 then).
 //! - **close and dup2** of a held descriptor delete it from the waiter before the number is
 //!   closed; of an instance, drop the instance (the member leaves its line).
 //! - **fork.** `pthread_atfork` keeps the table locked across `fork`. The child keeps the
@@ -80,8 +83,48 @@ struct Live {
     member: Mutex<Option<Member>>,
     /// Wakes the member's wait (set when it is built).
     notifier: Mutex<Option<Notifier>>,
-    /// Threads that want `member` to change registrations: a waiting thread gives it up.
+    /// Threads that want `member` to change registrations: a waiting thread gives it up, and
+    /// no wait takes it while one is there.
     wanting: AtomicUsize,
+    /// True while a thread's `epoll_wait` has the member: one wait at a time, the others
+    /// sleep on `freed` until it is done or their own timeout ends.
+    busy: Mutex<bool>,
+    /// Signalled when a wait lets the member go and when a change is done.
+    freed: std::sync::Condvar,
+}
+
+/// A thread's turn at the member of an instance (`Live::busy`), given back when dropped.
+struct Turn<'a>(&'a Live);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.busy) = false;
+        self.0.freed.notify_all();
+    }
+}
+
+impl Live {
+    /// Waits for the turn at the member until `deadline`: None once it has passed.
+    fn turn(&self, deadline: Option<Instant>) -> Option<Turn<'_>> {
+        let mut busy = lock(&self.busy);
+        loop {
+            if !*busy && self.wanting.load(SeqCst) == 0 {
+                *busy = true;
+                return Some(Turn(self));
+            }
+            busy = match deadline {
+                None => self.freed.wait(busy).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    let woken = self.freed.wait_timeout(busy, left);
+                    woken.unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
 }
 
 /// The herdless waiter of an instance.
@@ -185,15 +228,44 @@ fn interest_of(events: u32) -> Interest {
 }
 
 /// The member of `live`, for a change of registrations: a thread waiting on it is woken and
-/// gives it up.
-fn member_for_change(live: &Live) -> MutexGuard<'_, Option<Member>> {
+/// gives it up; waits start again once the change is done (the guard dropped).
+fn member_for_change(live: &Live) -> Change<'_> {
     live.wanting.fetch_add(1, SeqCst);
     if let Some(n) = lock(&live.notifier).clone() {
         let _ = n.notify();
     }
-    let guard = lock(&live.member);
-    live.wanting.fetch_sub(1, SeqCst);
-    guard
+    Change {
+        guard: Some(lock(&live.member)),
+        live,
+    }
+}
+
+/// The member held for a change; dropped, it lets the waits go on.
+struct Change<'a> {
+    guard: Option<MutexGuard<'a, Option<Member>>>,
+    live: &'a Live,
+}
+
+impl std::ops::Deref for Change<'_> {
+    type Target = Option<Member>;
+    fn deref(&self) -> &Option<Member> {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Change<'_> {
+    fn deref_mut(&mut self) -> &mut Option<Member> {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.live.wanting.fetch_sub(1, SeqCst);
+        let _busy = lock(&self.live.busy); // no wait between its check and its sleep
+        self.live.freed.notify_all();
+    }
 }
 
 /// A new member for the instance `epfd`, on the line of `first`, with `regs` added.
@@ -407,13 +479,10 @@ pub(crate) fn wait(
     }
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
-        while live.wanting.load(SeqCst) > 0 {
-            std::thread::yield_now();
-        }
+        let Some(_turn) = live.turn(deadline) else {
+            return Some(0); // another thread's wait had the member until this one's timeout
+        };
         let mut guard = lock(&live.member);
-        if live.wanting.load(SeqCst) > 0 {
-            continue;
-        }
         if guard.is_none() {
             // A forked child's first use: join afresh with the registrations kept.
             let regs = table()

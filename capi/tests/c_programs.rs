@@ -246,18 +246,27 @@ fn c_herd_processes_on_a_message_queue_emulated() {
     ]);
 }
 
+/// docs/c.md's programs, verbatim: the first (`example.c`, `poll` renamed and the bit added)
+/// and the explicit group's (`example_group.c`), each compiled and run.
 #[test]
-fn the_first_c_program_of_the_docs_compiles_and_runs() {
-    let Some(exe) = build("example") else { return };
-    assert!(run(&exe, &[]).contains("got job"));
-    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/c/example.c"))
-        .expect("capi/c/example.c");
+fn the_c_programs_of_the_docs_compile_and_run() {
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/c.md"))
         .expect("docs/c.md");
-    assert!(
-        docs.contains(example.trim()),
-        "docs/c.md's first program must be capi/c/example.c, verbatim"
-    );
+    for (at, name) in ["example", "example_group"].into_iter().enumerate() {
+        let Some(exe) = build(name) else { return };
+        assert!(run(&exe, &[]).contains("got job"));
+        let path = format!("{}/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+        let source = std::fs::read_to_string(&path).expect("the docs' C program");
+        let found = docs.find(source.trim());
+        assert!(found.is_some(), "docs/c.md must show capi/c/{name}.c verbatim");
+        if at == 0 {
+            let first = docs.find("```c").expect("docs/c.md has C programs");
+            assert!(
+                docs[first..].trim_start_matches("```c").trim_start().starts_with(source.trim()),
+                "docs/c.md's first program must be capi/c/example.c"
+            );
+        }
+    }
 }
 
 #[test]

@@ -647,6 +647,13 @@ pub fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> Result<usize> 
     if asked & (POLLEXCL | POLLONE) == 0 {
         return plain_poll(fds, timeout);
     }
+    // A closed number: poll(2) answers at once (POLLNVAL, and what else is ready now). It is
+    // answered so, without the line: joining one could give the closed number to one of
+    // herdless's own descriptors before the array is looked at.
+    let closed = |fd| matches!(crate::poll::identity::fstat(fd), Err(libc::EBADF));
+    if fds.iter().any(|p| p.raw.fd >= 0 && closed(p.raw.fd)) {
+        return plain_poll(fds, Some(Duration::ZERO));
+    }
     let class = crate::line::class_of_array(fds.iter().map(|p| (p.raw.fd, p.raw.events)))?;
     // What the thread's members of other classes were handed is consumed: it polls here now.
     crate::line::each_other_member(&class, PollWaiter::consume_all)?;

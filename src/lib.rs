@@ -81,6 +81,8 @@ mod error;
 mod group;
 mod inner;
 mod interest;
+#[cfg(all(unix, not(loom)))]
+mod line;
 mod liveness;
 mod members;
 #[cfg(all(unix, not(loom)))]
@@ -88,6 +90,8 @@ mod named;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
+#[cfg(all(unix, not(loom)))]
+mod poll;
 mod registry;
 mod ring;
 mod shared;
@@ -107,6 +111,10 @@ pub use contract::{
 pub use error::{Error, RawSource, Result};
 pub use group::{Group, GroupBuilder};
 pub use interest::{Event, Events, Interest};
+#[cfg(all(unix, not(loom)))]
+pub use line::{join_line, line_name, LINE_MEMBERS, LINE_SOURCES};
+#[cfg(all(unix, not(loom)))]
+pub use poll::{poll, poll_consumed, PollFd, PollWaiter, POLLEXCL, POLLONE};
 pub use source::AsSource;
 pub use stats::MemberStats;
 pub use waiter::{Notifier, Waiter};

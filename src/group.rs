@@ -248,7 +248,7 @@ pub(crate) fn open_line(
 fn named_group(
     name: &str,
     create: Option<crate::named::Create>,
-    trust: Option<&dyn Fn(&std::fs::File) -> Result<()>>,
+    trust: Option<crate::named::Trust<'_>>,
 ) -> Result<Group> {
     use crate::named::{self, Request};
     let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());

@@ -80,8 +80,12 @@ pub(crate) struct Request<'a> {
     /// A check of an object the caller did not make (its owner and mode), before anything of
     /// it is read: an implicit group's opener refuses one a user it does not trust could have
     /// planted (`crate::line`).
-    pub trust: Option<&'a dyn Fn(&File) -> Result<()>>,
+    pub trust: Option<Trust<'a>>,
 }
+
+/// A check of a group object another process made, before anything of it is read: `Ok` to
+/// use it, an error (the refusal) otherwise.
+pub(crate) type Trust<'a> = &'a dyn Fn(&File) -> Result<()>;
 
 /// The settings of a named group to create, and how they were asked for.
 #[derive(Clone, Copy)]

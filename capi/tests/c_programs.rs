@@ -258,11 +258,17 @@ fn the_c_programs_of_the_docs_compile_and_run() {
         let path = format!("{}/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
         let source = std::fs::read_to_string(&path).expect("the docs' C program");
         let found = docs.find(source.trim());
-        assert!(found.is_some(), "docs/c.md must show capi/c/{name}.c verbatim");
+        assert!(
+            found.is_some(),
+            "docs/c.md must show capi/c/{name}.c verbatim"
+        );
         if at == 0 {
             let first = docs.find("```c").expect("docs/c.md has C programs");
             assert!(
-                docs[first..].trim_start_matches("```c").trim_start().starts_with(source.trim()),
+                docs[first..]
+                    .trim_start_matches("```c")
+                    .trim_start()
+                    .starts_with(source.trim()),
                 "docs/c.md's first program must be capi/c/example.c"
             );
         }

@@ -549,6 +549,23 @@ mod tests {
                 ),
                 "making the shared memory",
             ),
+            (Error::Interrupted, "then poll again"),
+            (
+                Error::LinesDiffer {
+                    fd: 3,
+                    other: 4,
+                    line: "implicit.native.0.x.600".into(),
+                    other_line: "implicit.native.1000.100.660".into(),
+                },
+                "poll them from two threads",
+            ),
+            (
+                Error::LineRefused {
+                    name: "implicit.native.0.4242.660".into(),
+                    reason: "it is owned by user 65534: remove it and poll again".into(),
+                },
+                "remove it",
+            ),
         ]
     }
 
@@ -588,7 +605,7 @@ mod tests {
         let all = each_variant();
         assert_eq!(
             all.len(),
-            23,
+            26,
             "one of each variant (two of AlreadyRegistered)"
         );
         for (e, remedy) in &all {

@@ -83,7 +83,8 @@ pub(crate) struct Request<'a> {
     pub trust: Option<Trust<'a>>,
 }
 
-/// A check of a group object another process made (`Request::trust`).
+/// A check of a group object another process made, before anything of it is read: `Ok` to
+/// use it, an error (the refusal) otherwise.
 pub(crate) type Trust<'a> = &'a dyn Fn(&File) -> Result<()>;
 
 /// The settings of a named group to create, and how they were asked for.

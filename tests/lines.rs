@@ -389,9 +389,11 @@ fn signals_end_a_wait_with_eintr_and_leave_a_timeout_whole() {
                     let mut fds = [PollFd::new(&*rx, shared(libc::POLLIN))];
                     match herdless::poll(&mut fds, Some(left)) {
                         Err(Error::Interrupted) => interrupted += 1,
-                        Ok(0) if Instant::now() >= deadline => break Ok(0),
                         Ok(0) => {}
                         other => break other,
+                    }
+                    if Instant::now() >= deadline {
+                        break Ok(0);
                     }
                 };
                 done.store(true, Ordering::SeqCst);

@@ -4,8 +4,8 @@
 //! seed 003's herd (threads on a pipe, forked processes on a POSIX message queue), the first
 //! program of docs/c.md, the flag bits against <poll.h>, a named group removed while in use,
 //! and what an event carries (the caller's data, hang-ups and errors); and the call with no
-//! setup, herdless_poll_shared: the seed's four calls verbatim but for the name, and 32
-//! unrelated servers started by a shell with setsid on one POSIX queue. Each runs on both
+//! setup, herdless_poll_shared: the seed's four calls verbatim but for the name, 32 unrelated
+//! servers started by a shell with setsid on one POSIX queue, and poll()'s promises. Each runs on both
 //! backends where the backend matters (herdless_poll_shared's through HERDLESS_BACKEND).
 //!
 //! The library is found beside this test's executable (cargo builds the crate's cdylib into
@@ -572,4 +572,27 @@ fn unrelated_servers_share_a_queue_through_herdless_poll_shared_native() {
 #[test]
 fn unrelated_servers_share_a_queue_through_herdless_poll_shared_emulated() {
     shared_servers("emulated");
+}
+
+/// herdless_poll_shared keeps poll()'s promises: plain poll() without the bits, POLLNVAL at
+/// once, reused numbers, EINTR, a timeout under a signal every millisecond, HERDLESS_ELINES.
+fn shared_errors(backend: &str) {
+    let Some(exe) = build("shared_errors") else {
+        return;
+    };
+    let out = run_on_line(&exe, &[], backend);
+    assert!(
+        out.contains("0 check(s) failed") && !out.contains("FAIL"),
+        "{out}"
+    );
+}
+
+#[test]
+fn herdless_poll_shared_keeps_polls_promises_native() {
+    shared_errors("native");
+}
+
+#[test]
+fn herdless_poll_shared_keeps_polls_promises_emulated() {
+    shared_errors("emulated");
 }

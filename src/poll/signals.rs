@@ -255,8 +255,8 @@ mod tests {
         {
             let _blocked = watch.block().unwrap();
             // SAFETY: live set.
-            let member = unsafe { libc::sigismember(&watch.watched, libc::SIGTERM) };
-            assert_eq!(member, 1);
+            let watched = unsafe { libc::sigismember(&watch.watched, libc::SIGTERM) };
+            assert_eq!(watched, 1);
         }
         let mut after = empty_set();
         // SAFETY: reads the mask.

@@ -14,7 +14,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use herdless_fixtures::{pipe, read_exact, until_asleep, Blocking};
+use herdless_fixtures::{pipe, until_asleep, Blocking};
 
 use super::queues::Queues;
 use super::server::{self, ServerSpec, Tally, Wiring, RECORD_WORDS};
@@ -83,7 +83,7 @@ pub fn run(spec: &RowSpec) -> Result<Measured, Refusal> {
     }
     drop((ready_w, results_w));
     let mut ready = vec![0u8; spec.servers];
-    read_exact(ready_r.as_raw_fd(), &mut ready)?;
+    read_within(&ready_r, &mut ready, "say it is ready")?;
     if ready.contains(&0) {
         return Err(Refusal::Failed(
             "a server could not start (see above)".into(),
@@ -209,21 +209,8 @@ fn client(spec: &RowSpec, queues: &Queues) -> Result<Calls, Refusal> {
 fn reports(servers: usize, results: &OwnedFd) -> Result<Vec<Tally>, Refusal> {
     let mut tallies: Vec<Option<Tally>> = vec![None; servers];
     for _ in 0..servers {
-        let mut poll = libc::pollfd {
-            fd: results.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd.
-        let ready = unsafe { libc::poll(&mut poll, 1, BOUND.as_millis() as libc::c_int) };
-        if ready <= 0 {
-            return Err(Refusal::Failed(format!(
-                "a server did not report within {} s of the stop",
-                BOUND.as_secs()
-            )));
-        }
         let mut bytes = [0u8; RECORD_WORDS * 8];
-        read_exact(results.as_raw_fd(), &mut bytes)?;
+        read_within(results, &mut bytes, "report after the stop")?;
         let words: [u64; RECORD_WORDS] = std::array::from_fn(|i| {
             u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
         });
@@ -236,6 +223,45 @@ fn reports(servers: usize, results: &OwnedFd) -> Result<Vec<Tally>, Refusal> {
         }
     }
     Ok(tallies.into_iter().map(|t| t.expect("one each")).collect())
+}
+
+/// Fills `buf` from pipe `fd` (blocking), giving up after `BOUND` without data: a server that
+/// died before it could write holds up nothing. A report is one write of at most 48 bytes, so
+/// it arrives whole.
+fn read_within(fd: &OwnedFd, buf: &mut [u8], what: &str) -> Result<(), Refusal> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let mut poll = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, BOUND.as_millis() as libc::c_int) };
+        if ready < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if ready <= 0 {
+            return Err(Refusal::Failed(format!(
+                "a server did not {what} within {} s",
+                BOUND.as_secs()
+            )));
+        }
+        let rest = &mut buf[filled..];
+        // SAFETY: reads at most `rest.len()` bytes into the live slice.
+        let n = unsafe { libc::read(fd.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len()) };
+        match n {
+            0 => {
+                return Err(Refusal::Failed(format!(
+                    "the servers left before they could {what}"
+                )))
+            }
+            n if n > 0 => filled += n as usize,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return Err(std::io::Error::last_os_error().into()),
+        }
+    }
+    Ok(())
 }
 
 /// Nothing lost, nothing answered twice: each server served what the client saw from it, and

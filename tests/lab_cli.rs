@@ -789,3 +789,69 @@ fn soak_settings_are_checked_before_it_runs() {
         false,
     );
 }
+
+/// `herd rpc`, short: 500 calls to 8 servers, the raw flag and herdless on both backends,
+/// forked and exec'd servers. Every call got exactly one reply (the command checks each reply
+/// against its call and fails otherwise; here: exit 0, and the servers' counts add up to the
+/// calls in every JSON row), the table has a row per mode, the verdict a line per herdless
+/// mode, and neither the queues nor the named groups outlive the run.
+#[test]
+fn rpc_answers_every_call_once_on_both_backends() {
+    let dir = scratch("rpc");
+    for spawn in ["fork", "exec"] {
+        let json = dir.join(format!("rpc-{spawn}.json"));
+        let mut command = Command::new(herd());
+        command
+            .args(["rpc", "--calls", "500", "--servers", "8", "--spawn", spawn])
+            .args(["--modes", "raw-flag,herdless-native,herdless-emulated"])
+            .arg("--json")
+            .arg(&json);
+        let (ok, stdout, stderr, pid) = run_with_pid(command);
+        assert!(ok, "--spawn {spawn}: {stderr}");
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let rows = file.as_array().expect("rows");
+        let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+        assert_eq!(
+            modes,
+            ["raw flag", "herdless native", "herdless emulated"],
+            "{file}"
+        );
+        for row in rows {
+            assert_eq!(row["calls"], 500, "{row}");
+            assert_eq!(row["error"], serde_json::Value::Null, "{row}");
+            let served: u64 = row["per_server"]
+                .as_array()
+                .expect("per_server")
+                .iter()
+                .map(|n| n.as_u64().unwrap())
+                .sum();
+            assert_eq!(served, 500, "every call answered once: {row}");
+            assert!(row["time_vs_raw_flag"].as_f64().is_some(), "{row}");
+        }
+        for mode in ["herdless native", "herdless emulated"] {
+            let verdict = format!(
+                "- {mode}{} at 8 servers: ",
+                if spawn == "exec" { " (exec)" } else { "" }
+            );
+            assert!(stdout.contains(&verdict), "{verdict}: {stdout}");
+        }
+        let queues: Vec<String> = std::fs::read_dir("/dev/mqueue")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("herdless-rpc-{pid}-")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(queues, Vec::<String>::new(), "the queues are unlinked");
+        assert_eq!(leftover_groups("lab.herd", pid), Vec::<String>::new());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rpc_settings_are_checked_before_it_runs() {
+    refused(&["rpc", "--servers", "0"], "--servers", "16384", false);
+    refused(&["rpc", "--calls", "0"], "--calls", "1 call", false);
+}

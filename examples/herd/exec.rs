@@ -44,6 +44,7 @@ pub enum Spawn {
 pub enum Job {
     Accept(crate::accept::ExecSpec),
     Herd(crate::herd_bench::ExecSpec),
+    Rpc(crate::rpc::ServerSpec),
     Soak(crate::soak::ServerSpec),
 }
 
@@ -60,6 +61,7 @@ pub fn worker_main() -> Option<i32> {
     Some(match job {
         Job::Accept(spec) => crate::accept::exec_worker(spec),
         Job::Herd(spec) => crate::herd_bench::exec_worker(spec),
+        Job::Rpc(spec) => crate::rpc::exec_server(spec),
         Job::Soak(spec) => crate::soak::exec_server(spec),
     })
 }

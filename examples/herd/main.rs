@@ -27,6 +27,8 @@ mod queue;
 #[cfg(target_os = "linux")]
 mod restart;
 #[cfg(target_os = "linux")]
+mod rpc;
+#[cfg(target_os = "linux")]
 mod soak;
 #[cfg(target_os = "linux")]
 mod stress;
@@ -72,6 +74,9 @@ enum Command {
     Stress(stress::Args),
     /// Rolling restart under load: what each setup drops while every worker is restarted.
     Restart(restart::Args),
+    /// Request/response: one client thread calling N server processes through a shared POSIX
+    /// service queue and its own reply queue, one call at a time, every mode side by side.
+    Rpc(rpc::Args),
     /// Soak: exec'd servers on a named group and churning POSIX queues, killed, stopped and
     /// restarted every second, loaded and quiet; every request's fate counted.
     #[command(after_help = soak::DEFINITIONS)]
@@ -93,6 +98,7 @@ fn main() {
         Some(Command::Drain(args)) => drain::run(args),
         Some(Command::Stress(args)) => stress::run(args),
         Some(Command::Restart(args)) => restart::run(args),
+        Some(Command::Rpc(args)) => rpc::run(args),
         Some(Command::Soak(args)) => soak::run(args),
     };
     if let Err(e) = result {

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use crate::exec::Spawn;
 pub use crate::queue::Workload;
 use report::{Outcome, Report};
+use run::RowSpec;
 pub use run::{exec_worker, ExecSpec};
-use run::{Mode, Refusal, Rotate, RowSpec};
+pub use run::{Member, Mode, Refusal, Rotate, RowGroup, Setup, STOP_KEY};
 
 /// Messages per row in the default comparison (per waiter count and mode).
 const DEFAULT_MESSAGES: u64 = 200_000;

@@ -35,7 +35,7 @@ use herdless_fixtures::{
 };
 
 /// The key of the stop descriptor (the data descriptor's is 0).
-const STOP_KEY: usize = 1;
+pub const STOP_KEY: usize = 1;
 /// Marks the id of the last data message of a run.
 const LAST: u64 = 1 << 62;
 /// The most a waiter may take to fall asleep in the kernel before the clock starts.
@@ -108,7 +108,7 @@ impl Mode {
 
     /// The group the waiters join (none for no flag): anonymous, or for exec'd waiters named
     /// (its name removed when the row ends); or why this system cannot run the mode.
-    fn group(
+    pub fn group(
         self,
         waiters: usize,
         rotation: Option<Rotate>,
@@ -137,7 +137,7 @@ impl Mode {
         }
     }
 
-    fn interest(self) -> Interest {
+    pub fn interest(self) -> Interest {
         match self {
             Mode::NativeExclusive => Interest::READABLE.exclusive(),
             _ => Interest::READABLE.exclusive().one_event_round_robin(),
@@ -146,13 +146,13 @@ impl Mode {
 }
 
 /// A row's group: anonymous (threads, forked waiters), or named for exec'd waiters.
-enum RowGroup {
+pub enum RowGroup {
     Anonymous(Group),
     Named(RunGroup),
 }
 
 impl RowGroup {
-    fn group(&self) -> &Group {
+    pub fn group(&self) -> &Group {
         match self {
             RowGroup::Anonymous(g) => g,
             RowGroup::Named(g) => &g.group,
@@ -816,7 +816,7 @@ impl<'a> Progress<'a> {
 }
 
 /// One waiter: a plain `polling` Poller, or a herdless Waiter.
-enum Member {
+pub enum Member {
     Plain {
         poller: polling::Poller,
         events: polling::Events,
@@ -828,7 +828,12 @@ enum Member {
 }
 
 impl Member {
-    fn new(mode: Mode, group: Option<&Group>, fd: RawFd, stop: RawFd) -> Result<Member, Refusal> {
+    pub fn new(
+        mode: Mode,
+        group: Option<&Group>,
+        fd: RawFd,
+        stop: RawFd,
+    ) -> Result<Member, Refusal> {
         // SAFETY: the channel's read end and stop descriptor outlive every member: members leave
         // (below) before the row drops the channel.
         let (source, stop_source) =
@@ -867,7 +872,7 @@ impl Member {
     }
 
     /// Waits; returns the key of the event it was handed, if any.
-    fn wait(&mut self) -> io::Result<Option<usize>> {
+    pub fn wait(&mut self) -> io::Result<Option<usize>> {
         match self {
             Member::Plain { poller, events } => {
                 events.clear();
@@ -881,7 +886,7 @@ impl Member {
         }
     }
 
-    fn consumed(&mut self, key: usize) -> io::Result<()> {
+    pub fn consumed(&mut self, key: usize) -> io::Result<()> {
         match self {
             Member::Plain { .. } => Ok(()),
             Member::Herdless { waiter, .. } => Ok(waiter.consumed(key)?),
@@ -890,7 +895,7 @@ impl Member {
 
     /// The read after the event of `key` found nothing: tells herdless (which counts it and
     /// does what `consumed` does).
-    fn found_nothing(&mut self, key: usize) -> io::Result<()> {
+    pub fn found_nothing(&mut self, key: usize) -> io::Result<()> {
         match self {
             Member::Plain { .. } => Ok(()),
             Member::Herdless { waiter, .. } => Ok(waiter.found_nothing(key)?),
@@ -898,14 +903,14 @@ impl Member {
     }
 
     /// The library's count of this member's empty wake-ups (none for no flag).
-    fn library_empty(&self) -> Option<u64> {
+    pub fn library_empty(&self) -> Option<u64> {
         match self {
             Member::Plain { .. } => None,
             Member::Herdless { waiter, .. } => Some(waiter.stats().empty_wakeups),
         }
     }
 
-    fn leave(self, fd: RawFd, stop: RawFd) {
+    pub fn leave(self, fd: RawFd, stop: RawFd) {
         for raw in [fd, stop] {
             // SAFETY: the channel's descriptors are still open (see `new`).
             let source = unsafe { BorrowedFd::borrow_raw(raw) };

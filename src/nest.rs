@@ -259,6 +259,12 @@ impl<S: Sleeper> Nest<S> {
                 self.shared.resume();
                 return Err(e);
             }
+            // The thread's wait returns, for the notification (0 events: `Paused`) or with
+            // events that came with it (`Held`); either way the notification is spent.
+            let mut st = self.shared.state();
+            while st.phase == Phase::Armed {
+                st = self.shared.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
         }
         let done = f(&mut self.shared.core());
         if paused {
@@ -385,7 +391,8 @@ fn run<S: Sleeper>(shared: &Shared<S>) {
                 if st.stop {
                     return;
                 }
-                if st.phase == Phase::Armed && !st.pause {
+                // Also with a pause asked for: the wait then returns for its notification.
+                if st.phase == Phase::Armed {
                     break st.capacity;
                 }
                 st = shared.changed.wait(st).unwrap_or_else(|e| e.into_inner());

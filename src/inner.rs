@@ -157,16 +157,21 @@ impl GroupInner {
     }
 }
 
-/// The shared state of a new group of `capacity` members on `backend`, for the unit tests and
-/// models that set the scene by hand (a small source table under the model checker, which
-/// explores every interleaving of every access).
-#[cfg(test)]
+/// The shared state of a new group of `capacity` members on `backend`, for the unit tests that
+/// set the scene by hand (the emulation's source table of the default size).
+#[cfg(all(test, not(loom)))]
 pub(crate) fn test_state(backend: Backend, capacity: usize) -> SharedState {
     let sources = match backend {
-        Backend::Emulated if cfg!(loom) => 2,
         Backend::Emulated => crate::contract::DEFAULT_MAX_EXCLUSIVE,
         _ => 0,
     };
+    test_state_with(backend, capacity, sources)
+}
+
+/// The same with a source table of `sources` slots (the models keep it small: the model
+/// checker explores every interleaving of every access).
+#[cfg(test)]
+pub(crate) fn test_state_with(backend: Backend, capacity: usize, sources: usize) -> SharedState {
     let settings = Settings {
         backend,
         rotation: Rotation::Adaptive,

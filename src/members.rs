@@ -74,11 +74,12 @@
 //! wait, never share a line with another member's.
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::liveness::Liveness;
 use crate::shared::{SharedState, NONE};
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::{AtomicU32, AtomicU64, Patience};
 
 /// The life of a member slot (the low bits of its [`Life`] word).
 pub(crate) mod state {
@@ -330,7 +331,7 @@ pub(crate) struct Reap {
 }
 
 /// A claimer that finds the slot's byte still held waits this long for it (invariant 6).
-const CLAIM_LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+const CLAIM_LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The member table of one group: its slots in the shared memory, and its liveness marks.
 pub(crate) struct Members<'a> {
@@ -463,20 +464,13 @@ impl<'a> Members<'a> {
     /// Takes the liveness byte of `m` for `pid`, waiting (bounded) while another process still
     /// holds it: Ok(false) if it stayed held.
     fn hold_patiently(&self, m: u32, pid: u32) -> std::io::Result<bool> {
-        let start = std::time::Instant::now();
-        let mut tries = 0u32;
+        let mut patience = Patience::new(CLAIM_LOCK_PATIENCE, Duration::from_micros(200));
         loop {
             if self.live.try_hold(m, pid)? {
                 return Ok(true);
             }
-            if cfg!(loom) || start.elapsed() > CLAIM_LOCK_PATIENCE {
+            if !patience.wait() {
                 return Ok(false);
-            }
-            tries += 1;
-            if tries < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(200));
             }
         }
     }

@@ -120,6 +120,9 @@ pub(crate) struct RegionSpec {
 pub(crate) struct SharedState {
     memory: Memory,
     settings: Settings,
+    /// The backend region's length in bytes (under the model checker the region is values,
+    /// not bytes, and its length is not read).
+    #[cfg_attr(loom, allow(dead_code))]
     region_len: usize,
     /// What a slot number read from the shared memory that is out of range gets instead
     /// (this process's own, never shared), so that a damaged group gives errors, not panics.

@@ -15,7 +15,10 @@ use herdless::{Backend, Events, Group, Interest};
 const WAITERS: usize = 8;
 
 /// Per waiter: (events received, voluntary context switches during its one wait that the
-/// emulation's token passing does not explain: its door-bell wake-ups are counted apart).
+/// emulation's token passing does not explain: its door-bell wake-ups are counted apart). A
+/// loser's switches are read from `/proc` while it sleeps before the message and again once
+/// every waiter has settled, before the test wakes it: what the message did to it, not what its
+/// way into the kernel or our own wake-up cost. A loser that slept through counts 1, its sleep.
 fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
     let group = Group::builder().backend(backend).build().unwrap();
     let (rx, tx) = pipe();
@@ -51,6 +54,11 @@ fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
     joined.sort_by_key(|(i, _, _)| *i);
     let tids: Vec<i32> = joined.iter().map(|(_, t, _)| *t).collect();
     until_asleep(std::process::id(), &tids);
+    let switches_of = |tid: i32| {
+        herdless_fixtures::counters::voluntary_switches_of(std::process::id(), tid)
+            .expect("/proc/<pid>/task/<tid>/status")
+    };
+    let asleep: Vec<u64> = tids.iter().map(|&t| switches_of(t)).collect();
 
     write_msg(std::os::fd::AsRawFd::as_raw_fd(&tx), 1);
     // The first waiter to report is one that woke for the message.
@@ -83,6 +91,9 @@ fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
         assert!(start.elapsed().as_secs() < 20, "waiters never settled");
         thread::yield_now();
     }
+    let settled: Vec<Option<u64>> = (0..WAITERS)
+        .map(|j| (!reported[j]).then(|| switches_of(tids[j]) - asleep[j]))
+        .collect();
     for (j, _, notifier) in &joined {
         if !reported[*j] {
             notifier.notify().unwrap();
@@ -90,6 +101,13 @@ fn one_message(backend: Backend, interest: Interest) -> Vec<(usize, u64)> {
     }
     while reported.iter().any(|r| !r) {
         record(result_rx.recv().unwrap(), &mut reported);
+    }
+    for (i, settled) in settled.iter().enumerate() {
+        if let Some(asleep) = settled {
+            // Its sleep before the message, and one more for every time the message woke it
+            // and it went back to sleep.
+            results[i].1 = 1 + *asleep;
+        }
     }
     for r in release_tx {
         r.send(()).unwrap();

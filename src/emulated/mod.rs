@@ -55,7 +55,7 @@ mod windows;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use poller::Poller;
 
@@ -72,9 +72,6 @@ use kernel_wait::RawEvents;
 pub(crate) use protocol::{region, Protocol};
 use protocol::{Hold, Occupant};
 use protocol::{SourceTable, TableLayout};
-
-/// How long a leader (or deputy) spins for its turn before it sleeps in its poller.
-const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 
 /// Poller keys from here up are the emulation's own descriptors' (the door bell, the death
 /// watches), above every registration's token (`crate::registry::token`: below 2^63, or a
@@ -351,6 +348,7 @@ mod tests {
     use crate::interest::Events;
     use crate::members::Members;
     use std::os::fd::{AsRawFd, OwnedFd};
+    use std::time::Duration;
 
     fn pipe() -> (OwnedFd, OwnedFd) {
         nix::unistd::pipe().unwrap()
@@ -411,8 +409,9 @@ mod tests {
         }
         let tk = &inner.protocol();
         let start = Instant::now();
-        assert!(
-            !waiter.spin_for_release(tk, None),
+        assert_eq!(
+            waiter.spin_for_release(tk, None),
+            protocol::Spin::Vain,
             "leading A counted as a change for B"
         );
         assert!(

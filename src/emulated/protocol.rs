@@ -38,12 +38,13 @@
 //! it finds the source free to watch, and a claim won after another one since keeps its event only if
 //! the source is still ready (`confirm_claim`); otherwise it is given up as if consumed.
 //!
-//! Early wake-up: under a backlog, while holders consume quickly (`spinning_pays`), `pass` rings
-//! the new leader at once and names its *deputy* (the next idle member after it), which the
-//! holder's `release` rings; both spin for their turn instead of sleeping. A third
-//! store-then-load pair keeps a ring from being lost: a spinning member's bell is left unrung
-//! (`wake`), and the member stores "not spinning" before it reads the shared state one last time
-//! and sleeps. The deputy and the timings are hints only.
+//! Early wake-up (`spin`): `pass` rings every new leader as the token reaches it, and a leader
+//! waiting for a quick release spins for it instead of sleeping; under a backlog, while holders
+//! consume quickly (`spinning_pays`), `pass` also names the leader's *deputy* (the next idle
+//! member after it), which the holder's `release` rings and which spins for its turn too. A
+//! third store-then-load pair keeps a ring from being lost: a spinning member's bell is left
+//! unrung (`wake`), and the member stores "not spinning" before it reads the whole shared state
+//! again (one more round of its wait) and sleeps. The deputy and the timings are hints only.
 //!
 //! Members that do not act (slow, stopped with SIGSTOP, starved of CPU) are not waited for: a
 //! hold that lasts `HOLD_BOUND` is ended by whichever member registered on the source looks
@@ -63,6 +64,7 @@
 #[cfg(all(test, loom))]
 mod model;
 mod source;
+mod spin;
 mod table;
 mod watch;
 
@@ -74,7 +76,9 @@ use crate::contract::Rotation;
 use crate::liveness::Liveness;
 use crate::members::{state, Members};
 use crate::shared::{SharedState, NONE};
+use crate::sync::monotonic_ns;
 pub(crate) use source::{Hold, Occupant, Source};
+pub(crate) use spin::Spin;
 pub(crate) use table::{check as table_check, region, SourceTable, TableLayout};
 
 /// How often a member that depends on another process checks that it is alive, when it
@@ -89,6 +93,8 @@ pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
 /// through a shorter hold saves the second wake-up, at the release, and puts none on the
 /// hand-off's path. Longer holds are slept through (the release rings).
 pub(crate) const LEADER_SPIN: Duration = Duration::from_micros(100);
+/// How long a deputy spins for the token to come to it (see `spin`) before it sleeps.
+pub(crate) const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 /// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
 /// waited for: the leader expires its hold and watches the source again, at the price of at
 /// most one empty wake-up if the holder had not read its message yet.
@@ -189,53 +195,6 @@ impl Protocol<'_> {
     /// Does `me` lead `s`?
     pub(crate) fn leads(&self, s: usize, me: Occupant) -> bool {
         self.source(s).leader() == me
-    }
-
-    /// Does it pay for `me` to spin for its turn on `s` rather than sleep? For the leader
-    /// waiting for the holder to consume the last event, when holds of `s` are quick (it was
-    /// rung as the token reached it, and would be rung again at the release); for the deputy of
-    /// a leader, when spinning pays (a backlog, and quick holds).
-    pub(crate) fn spin_pays_for(&self, s: usize, me: Occupant) -> bool {
-        let src = self.source(s);
-        let leader = src.leader();
-        if leader == me {
-            !src.hold().is_free() && self.holds_shorter_than(s, LEADER_SPIN)
-        } else {
-            !leader.is_none() && src.deputy() == me.slot && self.spinning_pays(s)
-        }
-    }
-
-    /// Names the deputy of `s`: the next idle member after `leader` in line. It is rung at the
-    /// next `release`, after the holder is done, so the ring (a system call, and an inter-CPU
-    /// interrupt) is off the hand-off's critical path. (Not under the model checker, where
-    /// nobody spins.)
-    fn name_deputy(&self, s: usize, leader: u32) {
-        if cfg!(loom) {
-            return;
-        }
-        let high = self.shared.high().max(1);
-        let deputy = self.next_idle(s, leader, Some((leader + 1) % high));
-        self.source(s).set_deputy(deputy.map_or(NONE, |d| d.slot));
-    }
-
-    /// Does it pay for the next leaders of `s` to be woken early and spin for their turn (the
-    /// leader and its deputy)? Only when there is a backlog (the source has lately been ready
-    /// at once when a leader started watching it) and holders consume quickly (well within the
-    /// spin). Otherwise a deputy would only burn its CPU and sleep anyway.
-    pub(crate) fn spinning_pays(&self, s: usize) -> bool {
-        self.has_backlog(s) && self.holds_shorter_than(s, SHORT_HOLD)
-    }
-
-    /// Do holders of `s` consume within `bound` (a moving average of the holds)? (Never under
-    /// the model checker, where nobody spins.)
-    fn holds_shorter_than(&self, s: usize, bound: Duration) -> bool {
-        !cfg!(loom) && self.source(s).hold_ns() < bound.as_nanos() as u64
-    }
-
-    /// Does `me` lead `s` while another member holds it (it waits for the release)?
-    pub(crate) fn waits_for_release(&self, s: usize, me: Occupant) -> bool {
-        let src = self.source(s);
-        src.leader() == me && !src.hold().is_free()
     }
 
     /// The leader of `s` started watching it and found it `ready` at once, or not.
@@ -417,7 +376,9 @@ impl Protocol<'_> {
         let src = self.source(s);
         // The claim's time is stored before the claim itself: a member that sees the new
         // holder then sees its time, and never ends a young hold as overdue (`hold_left`). A
-        // claim that loses only makes the current hold look younger.
+        // claim that loses only makes the current hold look younger: the word keeps the
+        // latest time noted, so a loser that read the clock before the winner and stores after
+        // it leaves the winner's time (model `a_losing_claim_leaves_the_claim_time_alone`).
         src.note_claim_time(monotonic_ns());
         src.claim(me.slot)
     }
@@ -596,24 +557,4 @@ impl Now {
             now => now,
         }
     }
-}
-
-/// Monotonic nanoseconds, comparable across the processes of a group.
-#[cfg(unix)]
-fn monotonic_ns() -> u64 {
-    // SAFETY: timespec is plain data, filled by clock_gettime.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid clock id and a pointer to a live timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Monotonic nanoseconds since this process first asked (groups span threads only here).
-#[cfg(not(unix))]
-fn monotonic_ns() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
 }

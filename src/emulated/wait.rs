@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 #[cfg(unix)]
 use super::hand_out::poll_event;
 use super::hand_out::{ready_now, still_ready};
-use super::protocol::{Now, LEADER_SPIN, LIVENESS_CHECK, TAKE_BOUND};
-use super::{EmulatedWaiter, Protocol, SPIN_FOR_RELEASE};
+use super::protocol::{Now, Spin, LIVENESS_CHECK, TAKE_BOUND};
+use super::{EmulatedWaiter, Protocol};
 use crate::contract::Rotation;
 use crate::error::{Error, Result};
 use crate::interest::Events;
@@ -44,6 +44,8 @@ enum Slept {
     Done(usize),
     /// Nothing to dispatch: the next pass.
     Again,
+    /// A spin saw no change: the next pass, which sleeps without spinning.
+    SpunInVain,
     /// The kernel wait returned: dispatch what it found.
     Woke,
 }
@@ -247,14 +249,20 @@ impl EmulatedWaiter {
     ) -> Result<usize> {
         let limit = self.registrations.events_per_wait(events.room());
         let mut first = true;
+        let mut spin = true;
         loop {
             if !std::mem::take(&mut first) && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);
             }
             let pass = self.plan(tk, deadline)?;
-            match self.sleep(tk, events, &pass, limit)? {
+            // No spin right after a spin that saw no change (see `Protocol::spin_for_turn`).
+            match self.sleep(tk, events, &pass, limit, std::mem::replace(&mut spin, true))? {
                 Slept::Done(n) => return Ok(n),
                 Slept::Again => continue,
+                Slept::SpunInVain => {
+                    spin = false;
+                    continue;
+                }
                 Slept::Woke => {}
             }
             if let Some(n) = self.dispatch(tk, events, &pass, limit) {
@@ -378,23 +386,32 @@ impl EmulatedWaiter {
         }
     }
 
-    /// A pass's second step, the sleep: a spin for a release (under a backlog), or the ready
-    /// descriptors an earlier kernel wait left (served without a kernel wait, so a wait costs
-    /// in proportion to what it returns), or the kernel wait itself, until the pass's timeout.
+    /// A pass's second step, the sleep: a spin for a release (under a backlog, if `spin`), or
+    /// the ready descriptors an earlier kernel wait left (served without a kernel wait, so a
+    /// wait costs in proportion to what it returns), or the kernel wait itself, until the
+    /// pass's timeout.
     fn sleep(
         &mut self,
         tk: &Protocol<'_>,
         events: &mut Events,
         pass: &Pass,
         limit: usize,
+        spin: bool,
     ) -> Result<Slept> {
         let slot = tk.shared.member(self.me.slot);
-        if self.spin_for_release(tk, pass.deadline) {
+        let spun = match spin {
+            true => self.spin_for_release(tk, pass.deadline),
+            false => Spin::Not,
+        };
+        if spun != Spin::Not {
             if slot.take_notified(self.membership.generation()) {
                 slot.wakeups.add(1);
                 return Ok(Slept::Done(0));
             }
-            return Ok(Slept::Again);
+            return Ok(match spun {
+                Spin::Vain => Slept::SpunInVain,
+                _ => Slept::Again,
+            });
         }
         if !self.pending.is_empty() && !pass.probe {
             if slot.take_notified(self.membership.generation()) {
@@ -524,61 +541,16 @@ impl EmulatedWaiter {
         self.raw_events.reserve(self.registrations.len() + 2);
     }
 
-    /// A leader whose source is still held, or the deputy next in line, spins (yielding the
-    /// CPU) for its turn, up to `SPIN_FOR_RELEASE` (and never past the wait's deadline),
-    /// instead of sleeping, under a backlog with quick holders: the holder then consumes
-    /// within microseconds, while a member asleep costs a kernel wake-up on the critical path
-    /// (on a virtual machine, tens of microseconds when its CPU has gone idle). Door bells for
-    /// a spinning member are left unrung (see `Protocol::wake`).
-    ///
-    /// Each source is looked at on its own: the spin is for the sources this member waits on
-    /// when it starts, and it ends when one of those is no longer waited on (its turn came, or
-    /// its role changed). A role on another source (leading a free one, say) never counts, so
-    /// a member that leads one source and is the deputy of another cannot feed its own loop.
-    /// Returns whether one of them changed, or a notification came (loop again), rather than
-    /// timed out.
-    pub(super) fn spin_for_release(&self, tk: &Protocol<'_>, deadline: Option<Instant>) -> bool {
-        if cfg!(loom) {
-            return false; // the model checker sees the protocol without spinning
-        }
-        let me = self.me;
-        let slot = tk.shared.member(me.slot);
-        // Bit i: the member waits for its turn on `self.sources[i]`.
-        let waiting = |tk: &Protocol<'_>| {
-            self.sources
-                .iter()
-                .take(64)
-                .enumerate()
-                .filter(|&(_, &s)| tk.spin_pays_for(s, me))
-                .fold(0u64, |mask, (i, _)| mask | 1 << i)
-        };
-        let at_start = waiting(tk);
-        if at_start == 0 {
-            return false;
-        }
-        let generation = self.membership.generation();
-        let changed =
-            |tk: &Protocol<'_>| slot.is_notified(generation) || waiting(tk) & at_start != at_start;
-        slot.spinning.store(1, SeqCst);
-        // A leader waits for a release it would otherwise be rung for; a deputy only for a turn
-        // that may come (`Protocol::spin_pays_for`).
-        let leading = self.sources.iter().any(|&s| tk.waits_for_release(s, me));
-        let budget = match leading {
-            true => LEADER_SPIN,
-            false => SPIN_FOR_RELEASE,
-        };
-        let mut until = Instant::now() + budget;
-        if let Some(d) = deadline {
-            until = until.min(d);
-        }
-        let mut spun = false;
-        while !spun && Instant::now() < until {
-            std::thread::yield_now();
-            spun = changed(tk);
-        }
-        slot.spinning.store(0, SeqCst);
-        // A bell left unrung while we spun: its cause is in the shared state, read it again.
-        spun || changed(tk)
+    /// A leader whose source is still held, or the deputy next in line, spins for its turn
+    /// instead of sleeping, under a backlog with quick holders (`Protocol::spin_for_turn`; never
+    /// past the wait's deadline): the holder then consumes within microseconds, while a member
+    /// asleep costs a kernel wake-up on the critical path (on a virtual machine, tens of
+    /// microseconds when its CPU has gone idle). Door bells for a spinning member are left
+    /// unrung (see `Protocol::wake`), so after a spin the wait goes round once more.
+    pub(super) fn spin_for_release(&self, tk: &Protocol<'_>, deadline: Option<Instant>) -> Spin {
+        tk.spin_for_turn(self.me, &self.sources, || {
+            deadline.map(|d| d.saturating_duration_since(Instant::now()))
+        })
     }
 
     /// Runs the periodic liveness check of this member's sources if it is due (`next_check`);

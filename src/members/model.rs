@@ -18,8 +18,9 @@ struct World {
 
 impl World {
     fn new(capacity: usize) -> Arc<World> {
+        crate::sync::start_model_clock();
         Arc::new(World {
-            shared: crate::inner::test_state(crate::Backend::Emulated, capacity),
+            shared: crate::inner::test_state_with(crate::Backend::Emulated, capacity, 1),
             live: Liveness::new(capacity).unwrap(),
         })
     }

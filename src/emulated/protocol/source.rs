@@ -21,8 +21,8 @@
 //! source table, under its lock, `super::table`), `members` (a bitmap of the slots registered
 //! on the source, bit n for member n, set by its member under the table's lock and cleared by
 //! its member or its reaper), `line_head` (a slot), and the hints `deputy`, `stuck`,
-//! `claimed_at`, `hold_ns`, `ready_on_arm`, plain stores outside the model checker's view: a
-//! lost update there costs a check or a wake-up, never the token.
+//! `claimed_at`, `hold_ns`, `ready_on_arm`, plain stores (or a load and a store where they
+//! average): a lost update there costs a check, a spin or a wake-up, never the token.
 //!
 //! # Transitions of the holder word (`claim`, `end`)
 //!
@@ -63,14 +63,14 @@
 //! seeing the old values): a member releasing stores the holder then loads the leader, while a
 //! new leader stores itself then loads the holder; a member going idle stores its state then
 //! loads the leader, while a leader passing the token loads states then stores the leader. The
-//! rest follow for one ordering that the model checker sees whole. The hints are
-//! `std::sync::atomic` values kept `SeqCst` too (they are cheap on the paths that write them),
-//! but nothing waits on them.
+//! rest follow for one ordering that the model checker sees whole. The hints are `SeqCst` too
+//! (they are cheap on the paths that write them), and atomics of `crate::sync` like every other
+//! word, so the models see every access to them; but nothing waits on them.
 
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::shared::NONE;
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU32, AtomicU64};
 
 /// A member as a source's words name it: its slot and the occupant's generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,22 +153,22 @@ pub(crate) struct SourceSlot {
     /// leader is alive.
     watcher: AtomicU64,
     /// Where the line starts: the next leader is the first idle member from here on.
-    line_head: crate::sync::AtomicU32,
+    line_head: AtomicU32,
     /// The idle member after the leader in line, woken early so that it is awake (spinning)
-    /// when the token reaches it; NONE if there is none. A hint: nothing depends on it (and so
-    /// a plain atomic, outside the model checker's view, like the timings below).
-    deputy: std::sync::atomic::AtomicU32,
+    /// when the token reaches it; NONE if there is none. A hint: nothing depends on it, like
+    /// the timings below.
+    deputy: AtomicU32,
     /// When the holder claimed the last event (monotonic nanoseconds).
-    claimed_at: std::sync::atomic::AtomicU64,
+    claimed_at: AtomicU64,
     /// How long holders have kept events lately (a moving average, nanoseconds).
-    hold_ns: std::sync::atomic::AtomicU64,
+    hold_ns: AtomicU64,
     /// A member that was handed the token and left the ready source unclaimed for a while
     /// (stopped, or starved of CPU): the token was taken from it, and `pass` skips it until it
     /// acts again (then it clears this). NONE if there is none. A hint, like the deputy.
-    stuck: std::sync::atomic::AtomicU32,
+    stuck: AtomicU32,
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog.
-    ready_on_arm: std::sync::atomic::AtomicU32,
+    ready_on_arm: AtomicU32,
 }
 
 /// One source as the protocol sees it: its slot and its bitmap of members (bit n: member n
@@ -191,7 +191,6 @@ impl SourceSlot {
     /// zeroed mapping).
     #[cfg(loom)]
     pub(crate) fn new() -> SourceSlot {
-        use crate::sync::AtomicU32;
         SourceSlot {
             id: AtomicU64::new(0),
             holder: AtomicU64::new(
@@ -204,11 +203,11 @@ impl SourceSlot {
             leader: AtomicU64::new(Occupant::NONE.word()),
             watcher: AtomicU64::new(Occupant::NONE.word()),
             line_head: AtomicU32::new(0),
-            deputy: std::sync::atomic::AtomicU32::new(NONE),
-            claimed_at: std::sync::atomic::AtomicU64::new(0),
-            hold_ns: std::sync::atomic::AtomicU64::new(0),
-            stuck: std::sync::atomic::AtomicU32::new(NONE),
-            ready_on_arm: std::sync::atomic::AtomicU32::new(0),
+            deputy: AtomicU32::new(NONE),
+            claimed_at: AtomicU64::new(0),
+            hold_ns: AtomicU64::new(0),
+            stuck: AtomicU32::new(NONE),
+            ready_on_arm: AtomicU32::new(0),
         }
     }
 
@@ -388,9 +387,11 @@ impl<'a> Source<'a> {
     pub(crate) fn claimed_at(&self) -> u64 {
         self.claimed_at.load(SeqCst)
     }
-    /// Stores the time of a claim about to be made; returns the previous one.
-    pub(crate) fn note_claim_time(&self, now: u64) -> u64 {
-        self.claimed_at.swap(now, SeqCst)
+    /// Notes the time of a claim about to be made, read from the clock just before: the word
+    /// keeps the latest time noted, so a claimer that read the clock before another and
+    /// stores after it (it lost, or stalled in between) never makes that claim look older.
+    pub(crate) fn note_claim_time(&self, now: u64) {
+        self.claimed_at.fetch_max(now, SeqCst);
     }
     /// The holds' moving average (ns).
     pub(crate) fn hold_ns(&self) -> u64 {

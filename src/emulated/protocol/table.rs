@@ -20,13 +20,13 @@
 //! released its hold and passed its token on, so a slot whose bitmap is empty is touched by
 //! nobody and is reset by the member that takes it next.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::source::{Occupant, Source, SourceSlot};
 use super::Protocol;
 use crate::error::{Error, Result};
 use crate::shared::{RegionSpec, Settings, SharedState};
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, Patience};
 use std::sync::atomic::Ordering::SeqCst;
 
 /// How long a member waits for the table's lock held by a live member (stopped, say) before it
@@ -247,8 +247,7 @@ impl Protocol<'_> {
     /// Runs `f` with the source table's lock held by `me`.
     fn with_table_lock<T>(&self, me: Occupant, f: impl FnOnce() -> T) -> Result<T> {
         let lock = &self.sources.head.lock;
-        let started = Instant::now();
-        let mut tries = 0u32;
+        let mut patience = Patience::new(LOCK_PATIENCE, Duration::from_micros(100));
         while let Err(word) =
             lock.compare_exchange(Occupant::NONE.word(), me.word(), SeqCst, SeqCst)
         {
@@ -267,7 +266,7 @@ impl Protocol<'_> {
                 let _ = lock.compare_exchange(word, Occupant::NONE.word(), SeqCst, SeqCst);
                 continue;
             }
-            if started.elapsed() > LOCK_PATIENCE {
+            if !patience.wait() {
                 return Err(Error::io(
                     "registering an exclusive descriptor",
                     std::io::Error::new(
@@ -281,12 +280,6 @@ impl Protocol<'_> {
                         ),
                     ),
                 ));
-            }
-            tries += 1;
-            if cfg!(loom) || tries < 64 {
-                crate::sync::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
             }
         }
         let result = f();
@@ -302,5 +295,13 @@ impl Protocol<'_> {
             SeqCst,
             SeqCst,
         );
+    }
+}
+
+/// Test scenes: the table's lock held by `who`, as a member that died mid-registration leaves it.
+#[cfg(all(test, loom))]
+impl SourceTable<'_> {
+    pub(crate) fn force_lock(&self, who: Occupant) {
+        self.head.lock.store(who.word(), SeqCst);
     }
 }

@@ -132,7 +132,6 @@ impl Protocol<'_> {
     /// against its tagged word), so the clearing is idempotent: a reap taken over from a dead
     /// reaper repeats whatever that one had done.
     pub(crate) fn clear_out(&self, dead: Occupant) {
-        self.release_table_lock_of(dead);
         for s in 0..self.sources.count() {
             let src = self.source(s);
             if !src.is_used() {
@@ -149,6 +148,10 @@ impl Protocol<'_> {
             }
             src.set_member(dead.slot, false);
         }
+        // The source table's lock, if the dead occupant held it, last: a member waiting for it
+        // then finds the table as the reap leaves it, the slots of files nobody else registered
+        // free (model `a_slot_taken_for_another_file_while_its_last_member_is_reaped`).
+        self.release_table_lock_of(dead);
     }
 
     /// Clears out the dead members of process `pid` (of every process: `None`): see

@@ -135,15 +135,39 @@ impl<S> Shared<S> {
         st.readable = false;
     }
 
-    /// The loop has taken what there was: the thread waits again, for `capacity` events.
-    fn rearm(&self, st: &mut State, capacity: usize) {
+    /// The loop has taken what there was: the thread waits again, for `capacity` events. The
+    /// descriptor stops being readable, unless `readable` (one wake-up with nothing to take).
+    /// The state is unlocked before the thread is woken, so that it does not wake only to
+    /// sleep again on the lock.
+    fn rearm(&self, mut st: MutexGuard<'_, State>, capacity: usize, readable: bool) {
         st.phase = Phase::Armed;
         st.batch.clear();
         st.unconsumed.clear();
         st.error = None;
         st.capacity = capacity;
-        self.clear_readable(st);
+        self.clear_readable(&mut st);
+        if readable {
+            self.set_readable(&mut st);
+        }
+        drop(st);
         self.changed.notify_all();
+    }
+
+    /// The end of a registration change made while the thread was parked (`Held`): the
+    /// events not handed out yet may name a descriptor no longer registered, so they are
+    /// dropped (registrations are level-triggered: what is still ready, the next wait finds
+    /// again), and, once nothing handed out is left unconsumed, the thread waits again. The
+    /// descriptor stays readable once, as after a paused wait (see `resume`).
+    fn forget_batch(&self) {
+        let mut st = self.state();
+        if st.phase != Phase::Held {
+            return;
+        }
+        st.batch.clear();
+        if st.unconsumed.is_empty() && st.error.is_none() {
+            let capacity = st.capacity;
+            self.rearm(st, capacity, true);
+        }
     }
 
     /// The end of a call that paused the thread's wait: the thread waits again.
@@ -270,6 +294,7 @@ impl<S: Sleeper> Nest<S> {
         if paused {
             self.shared.resume();
         }
+        self.shared.forget_batch();
         done
     }
 
@@ -298,7 +323,7 @@ impl<S: Sleeper> Nest<S> {
                             return Ok(events.len());
                         }
                         // Everything handed out counts as consumed: the thread waits again.
-                        self.shared.rearm(&mut st, events.capacity());
+                        self.shared.rearm(st, events.capacity(), false);
                         if fresh {
                             return Ok(0); // a notification
                         }
@@ -339,7 +364,7 @@ impl<S: Sleeper> Nest<S> {
         let all = st.unconsumed.is_empty() && st.batch.is_empty() && !st.fresh;
         if st.phase == Phase::Held && all && st.error.is_none() {
             let capacity = st.capacity;
-            self.shared.rearm(&mut st, capacity);
+            self.shared.rearm(st, capacity, false);
         }
         done
     }
@@ -421,6 +446,7 @@ fn run<S: Sleeper>(shared: &Shared<S>) {
                 shared.set_readable(&mut st);
             }
         }
+        drop(st);
         drop(core);
         shared.changed.notify_all();
     }

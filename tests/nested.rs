@@ -22,7 +22,7 @@
 mod common;
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use common::*;
@@ -169,6 +169,13 @@ fn run(setup: Setup) -> Run {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
         if pid == 0 {
+            // The writers' ends are the parent's: the stop pipe hangs up when the parent drops
+            // its end.
+            for fd in [stop_w.as_raw_fd(), tx.as_raw_fd(), acks_r.as_raw_fd()] {
+                // SAFETY: closes the child's copies; the child leaves by _exit, so their
+                // OwnedFds are never dropped here.
+                unsafe { libc::close(fd) };
+            }
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let (rx, stop, acks) = (rx.as_raw_fd(), stop_r.as_raw_fd(), acks_w.as_raw_fd());
                 match &group {
@@ -182,15 +189,21 @@ fn run(setup: Setup) -> Run {
         pids.push(pid as u32);
     }
     drop((stop_r, acks_w));
-    // Every thread of every member asleep in its wait before the first message.
-    for &pid in &pids {
-        until_all_asleep(pid, 2 - usize::from(setup == Setup::Naive));
-    }
+    // Every thread of every member asleep in its wait before the first message, and the member
+    // that read a message back in its wait before the next one: the turns and the counts are
+    // those of idle members, whatever the machine's load.
+    let tids: Vec<Vec<i32>> = pids
+        .iter()
+        .map(|&pid| until_all_asleep(pid, 2 - usize::from(setup == Setup::Naive)))
+        .collect();
     for id in 0..MESSAGES {
         write_msg(tx.as_raw_fd(), id);
         let mut ack = [0u8; MSG];
         herdless_fixtures::read_exact(acks_r.as_raw_fd(), &mut ack).unwrap();
-        assert_eq!(u64::from_ne_bytes(ack), id);
+        let ack = u64::from_ne_bytes(ack);
+        assert_eq!(ack & 0xffff_ffff, id);
+        let m = (ack >> 32) as usize;
+        until_asleep(pids[m], &tids[m]);
     }
     drop(stop_w);
     let mut kernel_wakeups = 0;
@@ -231,8 +244,9 @@ fn run(setup: Setup) -> Run {
     run
 }
 
-/// Waits (bounded) until `threads` threads of process `pid` exist and all sleep in a wait.
-fn until_all_asleep(pid: u32, threads: usize) {
+/// Waits (bounded) until `threads` threads of process `pid` exist and all sleep in a wait:
+/// their ids.
+fn until_all_asleep(pid: u32, threads: usize) -> Vec<i32> {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -243,7 +257,7 @@ fn until_all_asleep(pid: u32, threads: usize) {
             .unwrap_or_default();
         if tids.len() >= threads {
             until_asleep(pid, &tids);
-            return;
+            return tids;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -283,7 +297,7 @@ fn nested_member(
                     waiter.consumed(QUEUE).unwrap();
                     board.get(id as usize).fetch_add(1, SeqCst);
                     board.get(reads(m)).fetch_add(1, SeqCst);
-                    write_msg(acks, id);
+                    write_msg(acks, (m as u64) << 32 | id);
                 }
                 Some(None) => panic!("the queue's writer stays open"),
                 None => waiter.found_nothing(QUEUE).unwrap(),
@@ -307,7 +321,7 @@ fn naive_member(rx: RawFd, stop: RawFd, acks: RawFd, board: &SharedCounters, m: 
         if let Some(Some(id)) = read_msg(rx) {
             board.get(id as usize).fetch_add(1, SeqCst);
             board.get(reads(m)).fetch_add(1, SeqCst);
-            write_msg(acks, id);
+            write_msg(acks, (m as u64) << 32 | id);
         }
     }
 }
@@ -323,28 +337,34 @@ fn nested_loops_wake_one_member_per_message(backend: Backend) {
         per_loop <= 1.1,
         "{per_loop:.2} loop wake-ups per message: {run:?}"
     );
-    let bound = match backend {
-        Backend::Emulated => 5.0,
-        _ => 4.0,
-    };
+    // The herd's floor is one wake-up per member's loop per message; the waiter's own cost is
+    // a constant (see above), well below it.
+    let bound = (MEMBERS - 2) as f64;
     let per_kernel = Run::per_message(run.kernel_wakeups);
     assert!(
         per_kernel <= bound,
         "{per_kernel:.2} kernel wake-ups per message: {run:?}"
     );
-    let max = run.per_member.iter().max().unwrap();
-    let min = run.per_member.iter().min().unwrap();
-    assert!(max - min <= 2, "no turns: {run:?}");
+    // Turns: a member whose thread is not back in its wait yet when the next message comes is
+    // skipped (as a busy waiter is), so the shares are even, not equal.
+    let share = jain(&run.per_member);
+    let min = *run.per_member.iter().min().unwrap();
+    assert!(
+        share >= 0.95 && min >= MESSAGES / MEMBERS as u64 / 2,
+        "no turns (Jain {share:.3}): {run:?}"
+    );
 }
 
 /// The herd this avoids: the waiter's epoll nested in each loop wakes every loop.
 #[test]
 fn naive_nesting_wakes_every_loop() {
     let run = run(Setup::Naive);
-    let per_loop = Run::per_message(run.loop_wakeups);
+    // The losers' loops wake in the kernel and, finding the inner epoll empty again, sleep
+    // again inside `epoll_wait`: the herd is in the kernel wake-ups, not the loops' returns.
+    let per_kernel = Run::per_message(run.kernel_wakeups);
     assert!(
-        per_loop >= 0.75 * MEMBERS as f64,
-        "the nesting did not herd ({per_loop:.2} loop wake-ups per message): {run:?}"
+        per_kernel >= 0.6 * MEMBERS as f64,
+        "the nesting did not herd ({per_kernel:.2} kernel wake-ups per message): {run:?}"
     );
 }
 
@@ -661,7 +681,9 @@ mod in_tokio {
                         .build()
                         .unwrap();
                     rt.block_on(async move {
-                        let mut waiter = AsyncFd::new(waiter).unwrap();
+                        // SAFETY: the waiter's descriptor stays open and the same while the
+                        // AsyncFd owns it: nothing here closes it or calls `nest` again.
+                        let mut waiter = unsafe { AsyncFd::register(waiter) }.unwrap();
                         let mut events = Events::with_capacity(1);
                         let mut mine = 0u64;
                         loop {
@@ -695,8 +717,9 @@ mod in_tokio {
         drop(stop_w);
         let counts: Vec<u64> = members.into_iter().map(|m| m.join().unwrap()).collect();
         assert_eq!(counts.iter().sum::<u64>(), N, "{counts:?}");
-        let (max, min) = (counts.iter().max().unwrap(), counts.iter().min().unwrap());
-        assert!(max - min <= 2, "no turns: {counts:?}");
+        // A runtime not back in its epoll when the next message comes is skipped (a busy
+        // member): even shares, not equal ones, on a loaded machine.
+        assert!(counts.iter().all(|&c| c >= N / 4), "no turns: {counts:?}");
     }
 
     herdless_fixtures::every_backend!(a_waiter_in_a_tokio_runtime);

@@ -474,3 +474,20 @@ fn leave_while_another_thread_waits_always_ends_native() {
 fn leave_while_another_thread_waits_always_ends_emulated() {
     leave_race("emulated");
 }
+
+fn waiter_fd(backend: &str) {
+    checks_pass("waiter_fd", backend);
+}
+
+/// herdless_waiter_fd: two waiters each in an epoll loop of its own on one shared pipe; each
+/// message fires one loop and is read once, and both take turns; a notification; a forked
+/// child's copy refused; herdless_leave closes the descriptor.
+#[test]
+fn a_waiter_in_another_event_loop_from_c_native() {
+    waiter_fd("native");
+}
+
+#[test]
+fn a_waiter_in_another_event_loop_from_c_emulated() {
+    waiter_fd("emulated");
+}

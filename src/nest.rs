@@ -426,8 +426,10 @@ fn run<S: Sleeper>(shared: &Shared<S>) {
         if events.capacity() != capacity {
             events = Events::with_capacity(capacity);
         }
-        let mut core = shared.core();
-        let got = core.sleep(&mut events);
+        let got = shared.core().sleep(&mut events);
+        // The half is free before the loop hears of the events, so that its `consumed` never
+        // sleeps on the lock. A call that looks meanwhile still sees `Armed` and stops a wait
+        // that has ended: its notification ends the next wait at once, with nothing to take.
         let mut st = shared.state();
         match got {
             // The wait a pause or the stop ended: parked until the call is done.
@@ -447,7 +449,6 @@ fn run<S: Sleeper>(shared: &Shared<S>) {
             }
         }
         drop(st);
-        drop(core);
         shared.changed.notify_all();
     }
 }

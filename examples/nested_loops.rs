@@ -147,7 +147,10 @@ mod linux {
     }
 
     fn epoll_add(ep: &OwnedFd, fd: RawFd, flags: u32, data: u64) {
-        let mut ev = libc::epoll_event { events: flags, u64: data };
+        let mut ev = libc::epoll_event {
+            events: flags,
+            u64: data,
+        };
         // SAFETY: our epoll, a live descriptor, a live event.
         if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
             fail("epoll_ctl");
@@ -246,9 +249,8 @@ mod linux {
                 std::thread::yield_now();
             })
             .collect();
-        let total = |all: &[Vec<i32>]| -> u64 {
-            pids.iter().zip(all).map(|(&p, t)| switches(p, t)).sum()
-        };
+        let total =
+            |all: &[Vec<i32>]| -> u64 { pids.iter().zip(all).map(|(&p, t)| switches(p, t)).sum() };
         let before = total(&all);
         for id in 0..messages {
             write_all(tx.as_raw_fd(), &id.to_ne_bytes()).expect("write");
@@ -258,7 +260,9 @@ mod linux {
             asleep(pids[m], &all[m]);
         }
         let after = total(&all);
-        let returns: u64 = (0..members).map(|m| board.get(2 * m + 1).load(SeqCst)).sum();
+        let returns: u64 = (0..members)
+            .map(|m| board.get(2 * m + 1).load(SeqCst))
+            .sum();
         drop(stop_w);
         for pid in pids {
             let mut status = 0;
@@ -269,8 +273,14 @@ mod linux {
                 "a member failed"
             );
         }
-        let per_member: Vec<u64> = (0..members).map(|m| board.get(2 * m).load(SeqCst)).collect();
-        assert_eq!(per_member.iter().sum::<u64>(), messages, "lost or read twice");
+        let per_member: Vec<u64> = (0..members)
+            .map(|m| board.get(2 * m).load(SeqCst))
+            .collect();
+        assert_eq!(
+            per_member.iter().sum::<u64>(),
+            messages,
+            "lost or read twice"
+        );
         Outcome {
             per_member,
             loop_returns: returns as f64 / messages as f64,
@@ -310,7 +320,11 @@ mod linux {
                 loop {
                     next(&lp);
                     board.get(2 * m + 1).fetch_add(1, SeqCst);
-                    while waiter.wait(&mut events, Some(Duration::ZERO)).expect("wait") > 0 {
+                    while waiter
+                        .wait(&mut events, Some(Duration::ZERO))
+                        .expect("wait")
+                        > 0
+                    {
                         let event = events.iter().next().expect("one event");
                         if event.key == STOP {
                             return;

@@ -287,7 +287,11 @@ impl<S: Sleeper> Nest<S> {
             // events that came with it (`Held`); either way the notification is spent.
             let mut st = self.shared.state();
             while st.phase == Phase::Armed {
-                st = self.shared.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = self
+                    .shared
+                    .changed
+                    .wait(st)
+                    .unwrap_or_else(|e| e.into_inner());
             }
         }
         let done = f(&mut self.shared.core());

@@ -58,7 +58,8 @@ enum Seat {
         nest: Nest<Core>,
         notifier: NotifierInner,
     },
-    /// Only inside [`Waiter::nest`], between the two.
+    /// Only inside [`Waiter::nest`], between the two (never, where `nest` is unsupported).
+    #[cfg_attr(not(all(unix, not(loom))), allow(dead_code))]
     Moving,
 }
 

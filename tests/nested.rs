@@ -41,7 +41,11 @@ impl Loop {
     fn new(fd: RawFd, flags: u32) -> Loop {
         // SAFETY: creates a new descriptor or fails.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        assert!(epoll >= 0, "epoll_create1: {}", std::io::Error::last_os_error());
+        assert!(
+            epoll >= 0,
+            "epoll_create1: {}",
+            std::io::Error::last_os_error()
+        );
         // SAFETY: a fresh descriptor owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
         Loop::add(&epoll, fd, flags, 0);
@@ -228,7 +232,9 @@ fn run(setup: Setup) -> Run {
         );
     }
     let run = Run {
-        per_member: (0..MEMBERS).map(|m| board.get(reads(m)).load(SeqCst)).collect(),
+        per_member: (0..MEMBERS)
+            .map(|m| board.get(reads(m)).load(SeqCst))
+            .collect(),
         loop_wakeups: (0..MEMBERS)
             .map(|m| board.get(loop_wakeups(m)).load(SeqCst))
             .sum(),
@@ -280,7 +286,9 @@ fn nested_member(
 ) {
     let mut waiter = group.join().unwrap();
     waiter.add(&borrowed(rx), QUEUE, Interest::SHARED).unwrap();
-    waiter.add(&borrowed(stop), STOP, Interest::READABLE).unwrap();
+    waiter
+        .add(&borrowed(stop), STOP, Interest::READABLE)
+        .unwrap();
     waiter.nest().unwrap();
     let lp = Loop::level(waiter.as_raw_fd());
     let mut stopped = false;
@@ -430,7 +438,10 @@ fn a_hang_up_reaches_the_loop(backend: Backend) {
     waiter.nest().unwrap();
     let lp = Loop::level(waiter.as_raw_fd());
     drop(tx);
-    assert!(lp.fired(WAIT_BOUND.as_millis() as i32), "the hang-up never fired");
+    assert!(
+        lp.fired(WAIT_BOUND.as_millis() as i32),
+        "the hang-up never fired"
+    );
     // One look: a hang-up stays, and would be handed out at every wait until the delete.
     let mut events = Events::with_capacity(4);
     assert_eq!(waiter.wait(&mut events, Some(Duration::ZERO)).unwrap(), 1);
@@ -486,9 +497,16 @@ fn the_descriptors_life(backend: Backend) {
     let fd = waiter.as_raw_fd();
     // SAFETY: F_GETFD on a live descriptor.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    assert!(flags != -1 && flags & libc::FD_CLOEXEC != 0, "not close-on-exec");
+    assert!(
+        flags != -1 && flags & libc::FD_CLOEXEC != 0,
+        "not close-on-exec"
+    );
     waiter.nest().unwrap();
-    assert_eq!(waiter.as_raw_fd(), fd, "a second nest changed the descriptor");
+    assert_eq!(
+        waiter.as_raw_fd(),
+        fd,
+        "a second nest changed the descriptor"
+    );
 
     // The loop reuses the number for another file (as a close and an open would).
     let (other, _other_w) = pipe();
@@ -501,7 +519,10 @@ fn the_descriptors_life(backend: Backend) {
     let given = waiter.as_raw_fd();
     assert_ne!(given, fd, "nest kept a number that names another file");
     let lp = Loop::level(given);
-    assert!(lp.fired(WAIT_BOUND.as_millis() as i32), "the new descriptor never fired");
+    assert!(
+        lp.fired(WAIT_BOUND.as_millis() as i32),
+        "the new descriptor never fired"
+    );
     let got = take_all(&mut waiter, |waiter, event| {
         assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(7)));
         waiter.consumed(event.key).unwrap();
@@ -519,9 +540,21 @@ fn the_descriptors_life(backend: Backend) {
     };
     // SAFETY: one live pollfd.
     let n = unsafe { libc::poll(&mut pfd, 1, WAIT_BOUND.as_millis() as i32) };
-    assert!(n == 1 && pfd.revents & libc::POLLHUP != 0, "{n} {:#x}", pfd.revents);
-    assert!(group.stats().iter().all(|m| !m.alive), "{:?}", group.stats());
-    assert_eq!(file_of(fd), other_file, "herdless closed a number it no longer owned");
+    assert!(
+        n == 1 && pfd.revents & libc::POLLHUP != 0,
+        "{n} {:#x}",
+        pfd.revents
+    );
+    assert!(
+        group.stats().iter().all(|m| !m.alive),
+        "{:?}",
+        group.stats()
+    );
+    assert_eq!(
+        file_of(fd),
+        other_file,
+        "herdless closed a number it no longer owned"
+    );
     // SAFETY: the number is our dup2 of `other`, closed once here.
     unsafe { libc::close(fd) };
 }
@@ -570,7 +603,10 @@ fn a_forked_childs_copy_is_the_parents(backend: Backend) {
         "the child's checks failed: {status:#x}"
     );
     write_msg(tx.as_raw_fd(), 9);
-    assert!(lp.fired(WAIT_BOUND.as_millis() as i32), "the parent's loop stopped");
+    assert!(
+        lp.fired(WAIT_BOUND.as_millis() as i32),
+        "the parent's loop stopped"
+    );
     let got = take_all(&mut waiter, |waiter, event| {
         assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(9)));
         waiter.consumed(event.key).unwrap();

@@ -11,6 +11,9 @@
 #                                         library's)
 #   $PREFIX/include/herdless.h
 #   $PREFIX/lib/pkgconfig/herdless.pc     for `pkg-config --cflags --libs herdless`
+#   $PREFIX/lib/libherdless_preload.so    the preload library, for programs that cannot be
+#                                         rebuilt: LD_PRELOAD=$PREFIX/lib/libherdless_preload.so
+#                                         (docs/c.md, "Programs that cannot be rebuilt")
 #
 # Usage: capi/install.sh [--prefix DIR] [--libdir DIR] [--includedir DIR] [--destdir DIR]
 #   --prefix      default /usr/local
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
     --includedir=*) includedir=${1#*=}; shift ;;
     --destdir) destdir=$2; shift 2 ;;
     --destdir=*) destdir=${1#*=}; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +81,9 @@ native=${native:--lgcc_s -lutil -lrt -lpthread -lm -ldl -lc}
 readelf -d "$out/libherdless_c.so" | grep -q "SONAME.*\[$soname\]" \
   || { echo "install.sh: $out/libherdless_c.so has no SONAME $soname" >&2; exit 1; }
 
+# The preload library (capi/preload): a plain cdylib, no SONAME (nothing links against it).
+cargo build --release -p herdless-preload >&2
+
 # 2. The static library, prelinked: one relocatable object holding what the herdless_*
 #    functions reach (ld -r --gc-sections from those roots), every other global symbol made
 #    local, the LLVM bitcode and the COMDAT groups (whose signatures would otherwise discard
@@ -104,6 +110,7 @@ ln -sf "$real" "$destdir$libdir/$soname"
 ln -sf "$soname" "$destdir$libdir/lib$name.so"
 install -m 644 "$work/lib$name.a" "$destdir$libdir/lib$name.a"
 install -m 644 include/herdless.h "$destdir$includedir/herdless.h"
+install -m 755 "$out/libherdless_preload.so" "$destdir$libdir/libherdless_preload.so"
 cat >"$destdir$libdir/pkgconfig/$name.pc" <<EOF
 prefix=$prefix
 libdir=$libdir
@@ -116,4 +123,4 @@ Libs: -L\${libdir} -l$name
 Libs.private: $native
 Cflags: -I\${includedir}
 EOF
-echo "installed $name $version under $destdir$prefix: $libdir/$real (SONAME $soname), lib$name.a, $includedir/herdless.h, $libdir/pkgconfig/$name.pc"
+echo "installed $name $version under $destdir$prefix: $libdir/$real (SONAME $soname), lib$name.a, $includedir/herdless.h, $libdir/pkgconfig/$name.pc, $libdir/libherdless_preload.so"

@@ -245,21 +245,29 @@ extern "C" {
  */
 #define HERDLESS_EREMOVED -1021
 
+/**
+ * herdless_poll_shared was asked for HERDLESS_POLLEXCL on descriptors whose objects are on the
+ * lines of two permission classes (their owners, groups or modes differ; the message names
+ * both descriptors): one call waits on one class. Poll them from two threads, or give the
+ * objects one owner, group and mode. errno ENOTSUP.
+ */
+#define HERDLESS_ELINES -1022
+
 #if defined(HERDLESS_UNIX)
 /**
- * `events` bit for herdless_poll: an event on this descriptor wakes exactly one of the
- * group's waiters (the POLLEXCL proposal). 0x0800 is used by no POLL* bit of Linux's
- * <poll.h>.
+ * `events` bit for herdless_poll_shared and herdless_poll: an event on this descriptor wakes
+ * exactly one of the waiters that poll the same object with the bit (the POLLEXCL proposal).
+ * 0x0800 is used by no POLL* bit of Linux's <poll.h>.
  */
 #define HERDLESS_POLLEXCL 2048
 #endif
 
 #if defined(HERDLESS_UNIX)
 /**
- * `events` bit for herdless_poll: a call returns at most one ready descriptor, and ready
- * descriptors are served in turn over successive calls (the POLLONE proposal). 0x4000 is used
- * by no POLL* bit of Linux's <poll.h> (the kernel's POLLFREE is internal and never in a
- * pollfd).
+ * `events` bit for herdless_poll_shared and herdless_poll: a call returns at most one ready
+ * descriptor, and ready descriptors are served in turn over successive calls (the POLLONE
+ * proposal). 0x4000 is used by no POLL* bit of Linux's <poll.h> (the kernel's POLLFREE is
+ * internal and never in a pollfd).
  */
 #define HERDLESS_POLLONE 16384
 #endif
@@ -292,6 +300,13 @@ typedef struct herdless_options {
    * place. Ignored by the native backend, which keeps no such table.
    */
   size_t max_exclusive;
+  /**
+   * The permission bits of a named group herdless_group_open creates (default 0600: the
+   * creating user only; 0660 lets the users of its group in too, 0666 everyone), applied
+   * exactly whatever the umask. Ignored by herdless_group_new (a group only forked children
+   * share) and when the group exists already.
+   */
+  uint32_t mode;
 } herdless_options;
 
 /**
@@ -401,7 +416,7 @@ typedef struct herdless_member_stats {
 
 /**
  * Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
- * HERDLESS_ROTATE_ADAPTIVE, 64 members, 1024 exclusive descriptors at once.
+ * HERDLESS_ROTATE_ADAPTIVE, 64 members, 1024 exclusive descriptors at once, mode 0600.
  *
  * Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
  *
@@ -433,8 +448,9 @@ int herdless_group_new(const struct herdless_options *options, struct herdless_g
  * Opens the **named group** `name`, which any process of a user the group's mode lets in
  * opens by name: server programs exec'd by a supervisor, or started on their own, all share
  * it. With `options` NULL the group must exist, and its settings are taken (what a server that
- * must not create calls); with options, the group is created with them if there is none (mode
- * 0600; a group nobody has open and whose members are all gone is made anew), and an existing
+ * must not create calls); with options, the group is created with them if there is none (with
+ * their `mode`, 0600 by default; a group nobody has open and whose members are all gone is
+ * made anew), and an existing
  * one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's);
  * herdless_group_origin says which it did. A second open of one name in a process returns the
  * same group (unless it was removed meanwhile). A name is 1 to 245 characters (21 on macOS)
@@ -696,8 +712,71 @@ const char *herdless_strerror(int code);
 
 #if defined(HERDLESS_UNIX)
 /**
+ * `poll()` with two more bits, and no setup: rename `poll` to `herdless_poll_shared` and add
+ * HERDLESS_POLLEXCL (and HERDLESS_POLLONE) to the `events` of the shared descriptors.
+ *
+ * - **HERDLESS_POLLEXCL**: the descriptor is shared with every thread or process that polls
+ *   the same object (the same queue, pipe, socket or FIFO, however each opened it) with the
+ *   bit: one event wakes one of them, and they take events in turn. The calling thread joins
+ *   the object's *line* at its first call and leaves when it exits (or its process dies);
+ *   processes with no common parent (started by a shell, a supervisor, systemd) take part.
+ *   The descriptor must be non-blocking (O_NONBLOCK): a wake-up can find nothing.
+ * - **HERDLESS_POLLONE**: one call returns at most one ready descriptor, served in turn: with
+ *   fds 1, 2, 3 all readable, four calls return fd1, fd2, fd3, fd1.
+ * - **Who shares a line**: the line of an object is the implicit group of its permission
+ *   class (owner, group, mode; `/dev/shm/herdless.implicit.<backend>.<uid>.<gid>.<mode>`),
+ *   made with the object's access: whoever may open the queue may share its line. Sockets
+ *   and anonymous pipes are on the line of the calling user. A group object under that name
+ *   that a user the rule shuts out could have made is refused (EACCES). See docs/c.md,
+ *   "POLLEXCL with no setup".
+ * - **One line's class per call**: the HERDLESS_POLLEXCL descriptors of one call must have
+ *   one owner, group and mode class (ENOTSUP, HERDLESS_ELINES, otherwise); descriptors
+ *   without the bit may be anything.
+ * - **Backend**: the environment's HERDLESS_BACKEND (auto, the default; native; emulated),
+ *   read at the process's first call; every process of a line must use the same.
+ * - **Consumed**: the thread's next call says that the events of this one were consumed;
+ *   herdless_consumed_shared(fd) right after the read says it sooner (recommended before long
+ *   work).
+ * - Everything else is poll()'s: a closed number gets POLLNVAL, a reused one is watched anew,
+ *   a signal handler that runs while it waits ends it with -1 and errno EINTR, a negative fd
+ *   is ignored, and without either bit in any entry the call is poll() itself.
+ *
+ * Returns the number of entries with non-zero `revents` (0 on timeout), or -1 with errno
+ * set: poll()'s EFAULT (fds NULL with nfds > 0), EINVAL (nfds over RLIMIT_NOFILE), EINTR;
+ * and EPERM (a descriptor asked for with HERDLESS_POLLEXCL that cannot be watched
+ * exclusively), EINVAL (HERDLESS_EBLOCKING: set O_NONBLOCK first; POLLPRI with
+ * HERDLESS_POLLEXCL; HERDLESS_BACKEND not auto, native or emulated), ENOTSUP
+ * (HERDLESS_ELINES), EACCES (the line's group object shuts this user out, or was planted),
+ * ENOSYS (HERDLESS_BACKEND=native where the kernel has none), EIO. herdless_last_error()
+ * gives the HERDLESS_E* code and herdless_strerror() its message.
+ *
+ * # Safety
+ *
+ * `fds` must point to `nfds` writable `struct pollfd` (or be NULL when `nfds` is 0).
+ */
+int herdless_poll_shared(struct pollfd *fds, nfds_t nfds, int timeout);
+#endif
+
+#if defined(HERDLESS_UNIX)
+/**
+ * Says that the event of `fd` handed out by the calling thread's last herdless_poll_shared
+ * was consumed (the message read, the connection accepted): the line may hand the
+ * descriptor's next event to another member while this thread works, and this thread goes to
+ * the back of the line. The thread's next herdless_poll_shared does it anyway; call this
+ * before long work (under the emulation a held event is waited for, up to 40 ms, before
+ * another member takes the descriptor's next one). A descriptor the last call did not hand
+ * out is ignored.
+ *
+ * Returns HERDLESS_OK, or HERDLESS_EIO.
+ */
+int herdless_consumed_shared(herdless_fd fd);
+#endif
+
+#if defined(HERDLESS_UNIX)
+/**
  * Waits like `poll(fds, nfds, timeout_ms)` through the waiter, honouring HERDLESS_POLLEXCL
- * and HERDLESS_POLLONE in each entry's `events`.
+ * and HERDLESS_POLLONE in each entry's `events`: herdless_poll_shared with a waiter of a group
+ * of your own (its name, settings and statistics).
  *
  * - Registration follows the array: a descriptor that appears is added, one whose `events`
  *   changed is modified, one that is gone (or whose `fd` is negative) is deleted. A

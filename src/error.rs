@@ -227,6 +227,37 @@ pub enum Error {
         /// The rule it breaks.
         reason: String,
     },
+    /// A signal handler ran while [`poll`](crate::poll) or
+    /// [`PollWaiter`](crate::PollWaiter) waited, and nothing was ready: the wait ended early,
+    /// as `poll(2)` ends with `EINTR` (`io::ErrorKind::Interrupted`).
+    #[error("interrupted: a signal handler ran while the poll waited (as poll(2)'s EINTR); check the handler's flag, then poll again")]
+    Interrupted,
+    /// Two descriptors of one [`poll`](crate::poll) call asked for with `POLLEXCL` are on the
+    /// lines of two permission classes (their objects' owners, groups or modes differ), and a
+    /// call waits on one line's class. Poll them in two threads, or give the objects one owner,
+    /// group and mode.
+    #[error("descriptors {fd} and {other} are both polled with POLLEXCL but are on the lines of two permission classes ({line} and {other_line}: the objects' owners, groups or modes differ), and one call waits on one class: poll them from two threads, or give the objects the same owner, group and mode")]
+    LinesDiffer {
+        /// The first descriptor asked for with `POLLEXCL`.
+        fd: RawSource,
+        /// A descriptor of another class.
+        other: RawSource,
+        /// The implicit group of `fd`'s line.
+        line: String,
+        /// The implicit group of `other`'s line.
+        other_line: String,
+    },
+    /// The implicit group of a line (the shared memory of a permission class,
+    /// `/dev/shm/herdless.<name>`) cannot be used by this process: its owner or mode is not
+    /// what the class's rule allows (someone the objects' permissions shut out may have made
+    /// it), or it shuts this user out. The reason says which, and the remedy.
+    #[error("the line's group {name:?} cannot be used: {reason}")]
+    LineRefused {
+        /// The implicit group's name.
+        name: String,
+        /// What is wrong with it, and what to do.
+        reason: String,
+    },
     /// Something this platform does not offer. The reason says what to use instead.
     #[error("{what} is not supported on this platform: {reason}")]
     Unsupported {
@@ -281,6 +312,9 @@ impl Error {
             Error::GroupInUse { .. } => io::ErrorKind::Other,
             Error::GroupRemoved { .. } => io::ErrorKind::NotFound,
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
+            Error::Interrupted => io::ErrorKind::Interrupted,
+            Error::LinesDiffer { .. } => io::ErrorKind::Unsupported,
+            Error::LineRefused { .. } => io::ErrorKind::PermissionDenied,
             Error::Io { source, .. } => source.kind(),
         }
     }
@@ -542,6 +576,9 @@ mod tests {
             | Error::PermissionDenied { .. }
             | Error::InvalidGroupName { .. }
             | Error::Unsupported { .. }
+            | Error::Interrupted
+            | Error::LinesDiffer { .. }
+            | Error::LineRefused { .. }
             | Error::Io { .. } => {}
         }
     }

@@ -209,10 +209,11 @@ impl GroupBuilder {
                 asked_backend: self.backend,
                 max_exclusive: self.max_exclusive,
                 mode: self.mode,
+                group: None,
             });
             #[cfg(not(all(unix, not(loom))))]
             let create = None;
-            return named_group(name, create);
+            return named_group(name, create, None);
         }
         let shared = SharedState::new(settings, region_for(&settings))?;
         let live = crate::liveness::Liveness::new(self.max_members)?;
@@ -230,9 +231,25 @@ impl GroupBuilder {
 static NAMED: std::sync::Mutex<Vec<(String, std::sync::Weak<GroupInner>)>> =
     std::sync::Mutex::new(Vec::new());
 
-/// Opens (`create`: `None`) or creates-or-opens the named group.
+/// Creates or opens the implicit group of a line (`crate::line`): a named group whose object,
+/// when another process made it, `trust` checks first.
 #[cfg(all(unix, not(loom)))]
-fn named_group(name: &str, create: Option<crate::named::Create>) -> Result<Group> {
+pub(crate) fn open_line(
+    name: &str,
+    create: crate::named::Create,
+    trust: &dyn Fn(&std::fs::File) -> Result<()>,
+) -> Result<Group> {
+    named_group(name, Some(create), Some(trust))
+}
+
+/// Opens (`create`: `None`) or creates-or-opens the named group; `trust` checks an object
+/// another process made.
+#[cfg(all(unix, not(loom)))]
+fn named_group(
+    name: &str,
+    create: Option<crate::named::Create>,
+    trust: Option<crate::named::Trust<'_>>,
+) -> Result<Group> {
     use crate::named::{self, Request};
     let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|(_, g)| g.strong_count() > 0);
@@ -249,6 +266,7 @@ fn named_group(name: &str, create: Option<crate::named::Create>) -> Result<Group
         name,
         create,
         region: region_for,
+        trust,
     })?;
     let capacity = segment.shared.capacity() as usize;
     let live = crate::liveness::Liveness::on_file(segment.file, capacity);
@@ -317,7 +335,7 @@ fn remove_named(name: &str, in_use: crate::named::InUse) -> Result<()> {
 
 /// No named groups here: what a request for one gets.
 #[cfg(not(all(unix, not(loom))))]
-fn named_group(_name: &str, _create: Option<()>) -> Result<Group> {
+fn named_group(_name: &str, _create: Option<()>, _trust: Option<()>) -> Result<Group> {
     Err(Error::Unsupported {
         what: "a named group",
         reason: "named groups live in POSIX shared memory (Unix); on Windows build the group \
@@ -410,7 +428,7 @@ impl Group {
     /// [`Error::CorruptGroup`], [`Error::PermissionDenied`], [`Error::Io`]; and
     /// [`Error::Unsupported`] outside Unix.
     pub fn open(name: &str) -> Result<Group> {
-        named_group(name, None)
+        named_group(name, None, None)
     }
 
     /// Removes the named group `name`, once nobody uses it: refused while any member is alive
@@ -459,7 +477,7 @@ impl Group {
         #[cfg(all(unix, not(loom)))]
         return remove_named(name, crate::named::InUse::Refuse);
         #[cfg(not(all(unix, not(loom))))]
-        named_group(name, None).map(drop)
+        named_group(name, None, None).map(drop)
     }
 
     /// Removes the named group `name` whoever uses it: what [`Group::remove`] does, without
@@ -497,7 +515,7 @@ impl Group {
         #[cfg(all(unix, not(loom)))]
         return remove_named(name, crate::named::InUse::Force);
         #[cfg(not(all(unix, not(loom))))]
-        named_group(name, None).map(drop)
+        named_group(name, None, None).map(drop)
     }
 
     /// What the call that returned this handle did: [`Origin::Created`] a new group (every

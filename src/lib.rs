@@ -81,6 +81,8 @@ mod error;
 mod group;
 mod inner;
 mod interest;
+#[cfg(all(unix, not(loom)))]
+mod line;
 mod liveness;
 mod members;
 #[cfg(all(unix, not(loom)))]
@@ -90,6 +92,8 @@ mod nest;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;
+#[cfg(all(unix, not(loom)))]
+mod poll;
 mod registry;
 mod ring;
 mod shared;
@@ -109,6 +113,10 @@ pub use contract::{
 pub use error::{Error, RawSource, Result};
 pub use group::{Group, GroupBuilder};
 pub use interest::{Event, Events, Interest};
+#[cfg(all(unix, not(loom)))]
+pub use line::{join_line, line_name, LINE_MEMBERS, LINE_SOURCES};
+#[cfg(all(unix, not(loom)))]
+pub use poll::{poll, poll_consumed, PollFd, PollWaiter, POLLEXCL, POLLONE};
 pub use source::AsSource;
 pub use stats::MemberStats;
 pub use waiter::{Notifier, Waiter};

@@ -77,7 +77,14 @@ pub(crate) struct Request<'a> {
     pub create: Option<Create>,
     /// What a group of some settings keeps after its member slots (its backend's region).
     pub region: fn(&Settings) -> RegionSpec,
+    /// A check of an object the caller did not make (its owner and mode), before anything of
+    /// it is read: an implicit group's opener refuses one a user it does not trust could have
+    /// planted (`crate::line`).
+    pub trust: Option<Trust<'a>>,
 }
+
+/// A check of a group object another process made (`Request::trust`).
+pub(crate) type Trust<'a> = &'a dyn Fn(&File) -> Result<()>;
 
 /// The settings of a named group to create, and how they were asked for.
 #[derive(Clone, Copy)]
@@ -91,6 +98,10 @@ pub(crate) struct Create {
     pub max_exclusive: usize,
     /// The permission bits of a new object.
     pub mode: u32,
+    /// The owner group a new object is given (`fchown`), if any: where the creator may not
+    /// give it, the object's group bits are cleared instead (nobody is let in wider than
+    /// asked).
+    pub group: Option<u32>,
 }
 
 /// An opened named group: its shared state and the object (the liveness lock file), with this
@@ -304,7 +315,10 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
     let started = Instant::now();
     let mut removals = 0;
     loop {
-        let file = open_object(req, &object)?;
+        let (file, made) = open_object(req, &object)?;
+        if let (Some(trust), false) = (req.trust, made) {
+            trust(&file)?;
+        }
         let setup = hold_setup(&file, req.name)?;
         match settle(req, &file)? {
             Settled::Group(shared, origin) => {
@@ -345,8 +359,9 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
 }
 
 /// Opens the object, making it (empty, with `O_EXCL`) if the caller may create and there is
-/// none. (Whoever takes the setup lock first sets it up: not always the process that made it.)
-fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
+/// none; and whether this call made it. (Whoever takes the setup lock first sets it up: not
+/// always the process that made it.)
+fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
     for _ in 0..100 {
         if let Some(c) = &req.create {
             let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
@@ -364,11 +379,15 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
                     let e = io::Error::last_os_error();
                     return Err(os_error(req.name, "setting the named group's mode", e));
                 }
-                return Ok(file);
+                if let Some(gid) = c.group {
+                    give_group(&file, gid, c.mode)
+                        .map_err(|e| os_error(req.name, "setting the named group's group", e))?;
+                }
+                return Ok((file, true));
             }
         }
         match shm_open(object, libc::O_RDWR | libc::O_CLOEXEC, 0) {
-            Ok(file) => return Ok(file),
+            Ok(file) => return Ok((file, false)),
             // Removed between our two calls: make it again.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && req.create.is_some() => continue,
             Err(e) => return Err(os_error(req.name, "opening the named group", e)),
@@ -378,6 +397,24 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
         "opening the named group",
         io::Error::other("it was created and removed 100 times in a row"),
     ))
+}
+
+/// Gives the new object `file` the owner group `gid`; where the caller may not (not a member of
+/// it, not root), clears the group bits of `mode` instead.
+fn give_group(file: &File, gid: u32, mode: u32) -> io::Result<()> {
+    // SAFETY: fchown on our own open descriptor; -1 leaves the owner as it is.
+    if unsafe { libc::fchown(file.as_raw_fd(), libc::uid_t::MAX, gid as libc::gid_t) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    // SAFETY: fchmod on our own open descriptor.
+    if unsafe { libc::fchmod(file.as_raw_fd(), (mode & !0o070) as libc::mode_t) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn shm_open(object: &CString, flags: libc::c_int, mode: u32) -> io::Result<File> {

@@ -86,6 +86,11 @@ pub const HERDLESS_EINUSE: c_int = -1020;
 /// waiter, herdless_group_free the group, and herdless_group_open the name again to join the
 /// group now under it. errno EIDRM.
 pub const HERDLESS_EREMOVED: c_int = -1021;
+/// herdless_poll_shared was asked for HERDLESS_POLLEXCL on descriptors whose objects are on the
+/// lines of two permission classes (their owners, groups or modes differ; the message names
+/// both descriptors): one call waits on one class. Poll them from two threads, or give the
+/// objects one owner, group and mode. errno ENOTSUP.
+pub const HERDLESS_ELINES: c_int = -1022;
 
 /// A failed call: the code recorded for C, the errno set, and the message kept for
 /// herdless_strerror.
@@ -134,6 +139,7 @@ pub(crate) fn errno_of(code: c_int) -> c_int {
         HERDLESS_EACCES => libc::EACCES,
         HERDLESS_EINUSE => libc::EBUSY,
         HERDLESS_EREMOVED => libc::EIDRM,
+        HERDLESS_ELINES => libc::ENOTSUP,
         _ => libc::EIO,
     }
 }
@@ -148,9 +154,10 @@ impl From<herdless::Error> for Failure {
             E::BackendUnavailable { backend, reason } => (
                 HERDLESS_EUNAVAILABLE,
                 format!(
-                    "the {backend:?} backend is not available here: {reason}; make the group \
-                     with HERDLESS_BACKEND_AUTO (or HERDLESS_BACKEND_EMULATED), which works on \
-                     every system"
+                    "{} is not available here: {reason}; make the group with \
+                     HERDLESS_BACKEND_AUTO (or HERDLESS_BACKEND_EMULATED), which works on every \
+                     system",
+                    c_value(&format!("{backend:?}"))
                 ),
             ),
             E::BadDescriptor { fd } => (
@@ -160,7 +167,18 @@ impl From<herdless::Error> for Failure {
                      descriptor while it is open, and herdless_delete it before closing it"
                 ),
             ),
-            E::UnwatchableDescriptor { .. } => (HERDLESS_EUNWATCHABLE, e.to_string()),
+            E::UnwatchableDescriptor { .. } => (
+                HERDLESS_EUNWATCHABLE,
+                e.to_string()
+                    .replace(
+                        "without exclusive",
+                        "without HERDLESS_EXCLUSIVE (herdless_poll: HERDLESS_POLLEXCL)",
+                    )
+                    .replace(
+                        "use the native backend",
+                        "use HERDLESS_BACKEND_NATIVE (herdless_poll_shared: HERDLESS_BACKEND=native)",
+                    ),
+            ),
             E::AlreadyRegistered { fd, registered } if fd == registered => (
                 HERDLESS_EEXIST,
                 format!(
@@ -198,7 +216,23 @@ impl From<herdless::Error> for Failure {
                  array of 1 or more and its length"
                     .to_string(),
             ),
-            E::InvalidInterest { .. } => (HERDLESS_EINVAL, e.to_string()),
+            E::InvalidInterest { .. } => (
+                HERDLESS_EINVAL,
+                e.to_string()
+                    .replace(
+                        "priority with exclusive:",
+                        "HERDLESS_PRIORITY with HERDLESS_EXCLUSIVE (POLLPRI with HERDLESS_POLLEXCL):",
+                    )
+                    .replace(
+                        "register priority data without exclusive",
+                        "register HERDLESS_PRIORITY without HERDLESS_EXCLUSIVE (POLLPRI without \
+                         HERDLESS_POLLEXCL)",
+                    )
+                    .replace(
+                        "ask for readability, writability or priority data",
+                        "ask for HERDLESS_READABLE, HERDLESS_WRITABLE or HERDLESS_PRIORITY",
+                    ),
+            ),
             E::InvalidSetting { .. } => (
                 HERDLESS_EINVAL,
                 e.to_string()
@@ -223,7 +257,17 @@ impl From<herdless::Error> for Failure {
                      herdless_options.max_exclusive, or delete registrations no longer in use"
                 ),
             ),
-            E::ForkedWaiter { .. } => (HERDLESS_EWRONGPROCESS, e.to_string()),
+            E::ForkedWaiter {
+                joined_pid,
+                current_pid,
+            } => (
+                HERDLESS_EWRONGPROCESS,
+                format!(
+                    "this waiter was joined by process {joined_pid} and cannot be used in process \
+                     {current_pid}: herdless_join the group again in the child (herdless_poll_shared \
+                     needs nothing: it joins afresh)"
+                ),
+            ),
             E::GroupNotFound { name } => (
                 HERDLESS_ENOGROUP,
                 format!(
@@ -239,11 +283,25 @@ impl From<herdless::Error> for Failure {
             } => (
                 HERDLESS_ESETTINGS,
                 format!(
-                    "the group named {name:?} has {setting} {group}, not {asked} as asked: \
-                     herdless_group_open it with NULL options to take its settings"
+                    "the group named {name:?} has {} {}, not {} as asked: herdless_group_open \
+                     it with NULL options to take its settings",
+                    c_option(setting),
+                    c_value(group),
+                    c_value(asked)
                 ),
             ),
-            E::IncompatibleGroup { .. } => (HERDLESS_EBADGROUP, e.to_string()),
+            E::IncompatibleGroup {
+                name,
+                found,
+                expected,
+            } => (
+                HERDLESS_EBADGROUP,
+                format!(
+                    "the group named {name:?} was made by another version of herdless (shared \
+                     layout {found}, this one reads {expected}): stop its members and remove it \
+                     (herdless_group_remove), or run the same version"
+                ),
+            ),
             E::CorruptGroup { name, reason } => (
                 HERDLESS_EBADGROUP,
                 format!(
@@ -257,8 +315,9 @@ impl From<herdless::Error> for Failure {
                 HERDLESS_EACCES,
                 format!(
                     "permission denied for the group named {name:?} (its mode or owner shuts \
-                     this user out): run this process as the user that created the group \
-                     (herdless_group_open creates groups with mode 0600, for that user only)"
+                     this user out): let its creator make it with herdless_options.mode 0660 \
+                     (its users' group) or 0666 (everyone), or run this process as the user \
+                     that created it (the default mode, 0600, lets that user only)"
                 ),
             ),
             E::GroupInUse { .. } => (HERDLESS_EINUSE, in_use_message(&e.to_string())),
@@ -272,6 +331,17 @@ impl From<herdless::Error> for Failure {
             ),
             E::InvalidGroupName { .. } => (HERDLESS_EINVAL, e.to_string()),
             E::Unsupported { .. } => (HERDLESS_EUNAVAILABLE, e.to_string()),
+            E::Interrupted => (
+                HERDLESS_EINTR,
+                "interrupted: a signal handler ran while the call waited (poll(2)'s EINTR): \
+                 check the handler's flag, then call herdless_poll again"
+                    .to_string(),
+            ),
+            E::LinesDiffer { .. } => (
+                HERDLESS_ELINES,
+                e.to_string().replace("one call waits", "one herdless_poll_shared waits"),
+            ),
+            E::LineRefused { .. } => (HERDLESS_EACCES, e.to_string()),
             _ => (HERDLESS_EIO, e.to_string()),
         };
         let os_errno = match &e {
@@ -283,6 +353,33 @@ impl From<herdless::Error> for Failure {
             message,
             os_errno,
         }
+    }
+}
+
+/// A group setting's C name: the `herdless_options` field that sets it.
+fn c_option(setting: &str) -> String {
+    match setting {
+        "rotation" => "herdless_options.rotate_every".into(),
+        "max_exclusive_descriptors" => "herdless_options.max_exclusive".into(),
+        other => format!("herdless_options.{other}"),
+    }
+}
+
+/// A group setting's value in C's words (the Rust names of backends and rotations as the C
+/// constants and numbers).
+fn c_value(value: &str) -> String {
+    match value {
+        "Adaptive" => "HERDLESS_ROTATE_ADAPTIVE".into(),
+        "Native" => "HERDLESS_BACKEND_NATIVE".into(),
+        "Emulated" => "HERDLESS_BACKEND_EMULATED".into(),
+        "Auto" => "HERDLESS_BACKEND_AUTO".into(),
+        other => match other
+            .strip_prefix("Every(")
+            .and_then(|n| n.strip_suffix(')'))
+        {
+            Some(n) => n.to_string(),
+            None => other.to_string(),
+        },
     }
 }
 
@@ -447,6 +544,7 @@ fn describe(code: c_int) -> &'static [u8] {
         HERDLESS_EBLOCKING => b"descriptor in blocking mode (set O_NONBLOCK)\0",
         HERDLESS_EINUSE => b"the named group is in use (members alive, or open elsewhere)\0",
         HERDLESS_EREMOVED => b"the named group was removed: open the name again\0",
+        HERDLESS_ELINES => b"POLLEXCL descriptors of two permission classes in one call\0",
         _ => b"unknown herdless error code\0",
     }
 }
@@ -584,6 +682,7 @@ mod tests {
             HERDLESS_EBLOCKING,
             HERDLESS_EINUSE,
             HERDLESS_EREMOVED,
+            HERDLESS_ELINES,
         ];
         for code in codes {
             assert!(code <= -1000, "{code}");
@@ -678,16 +777,61 @@ mod tests {
             },
             E::GroupRemoved { name: name() },
             E::PermissionDenied { name: name() },
+            E::GroupSettingsDiffer {
+                name: name(),
+                setting: "rotation",
+                group: "Adaptive".into(),
+                asked: "Every(1)".into(),
+            },
+            E::GroupSettingsDiffer {
+                name: name(),
+                setting: "backend",
+                group: "Native".into(),
+                asked: "Emulated".into(),
+            },
+            E::IncompatibleGroup {
+                name: name(),
+                found: 1,
+                expected: 2,
+            },
+            E::ForkedWaiter {
+                joined_pid: 1,
+                current_pid: 2,
+            },
+            E::InvalidInterest {
+                reason: "priority with exclusive: the kernel refuses EPOLLPRI with \
+                         EPOLLEXCLUSIVE, and herdless refuses it on every backend; register \
+                         priority data without exclusive",
+            },
+            E::UnwatchableDescriptor {
+                fd: 3,
+                reason: "an anonymous-inode descriptor (eventfd, timerfd, signalfd, epoll) has \
+                         no identity the emulation can share between members: register it \
+                         without exclusive, or use the native backend",
+            },
+            E::Interrupted,
+            E::LinesDiffer {
+                fd: 3,
+                other: 4,
+                line: "implicit.native.1.x.600".into(),
+                other_line: "implicit.native.2.x.600".into(),
+            },
         ];
         for e in errors {
             let f = Failure::from(e);
             assert!(!f.message.contains("::"), "{}", f.message);
+            for rust in [
+                "Adaptive", "Every(", "Native", "Emulated", "Rotation", "Backend",
+            ] {
+                assert!(!f.message.contains(rust), "{rust} in {}", f.message);
+            }
             let remedy = [
                 "herdless_",
                 "O_NONBLOCK",
                 "HERDLESS_",
                 "join",
                 "run this process",
+                "two threads",
             ];
             assert!(
                 remedy.iter().any(|r| f.message.contains(r)),

@@ -26,19 +26,18 @@
 
 mod errors;
 #[cfg(unix)]
-mod identity;
-#[cfg(unix)]
 mod poll;
 mod registry;
-#[cfg(any(target_os = "linux", target_os = "android"))]
-mod signals;
 
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
 pub use errors::*;
 #[cfg(unix)]
-pub use poll::{herdless_poll, HERDLESS_POLLEXCL, HERDLESS_POLLONE};
+pub use poll::{
+    herdless_consumed_shared, herdless_poll, herdless_poll_shared, HERDLESS_POLLEXCL,
+    HERDLESS_POLLONE,
+};
 
 use herdless::{Backend, Group, Interest, Rotation};
 
@@ -91,6 +90,11 @@ pub struct herdless_options {
     /// fails with HERDLESS_EFULL. A descriptor no member has registered any more frees its
     /// place. Ignored by the native backend, which keeps no such table.
     pub max_exclusive: usize,
+    /// The permission bits of a named group herdless_group_open creates (default 0600: the
+    /// creating user only; 0660 lets the users of its group in too, 0666 everyone), applied
+    /// exactly whatever the umask. Ignored by herdless_group_new (a group only forked children
+    /// share) and when the group exists already.
+    pub mode: u32,
 }
 
 /// `rotate_every` value: the adaptive rule, turns by the event and batches under a backlog
@@ -284,7 +288,7 @@ fn with_source<R>(
 }
 
 /// Fills `options` with the defaults: HERDLESS_BACKEND_AUTO, rotate_every
-/// HERDLESS_ROTATE_ADAPTIVE, 64 members, 1024 exclusive descriptors at once.
+/// HERDLESS_ROTATE_ADAPTIVE, 64 members, 1024 exclusive descriptors at once, mode 0600.
 ///
 /// Returns HERDLESS_OK, or HERDLESS_ENULL if `options` is NULL.
 ///
@@ -343,6 +347,7 @@ fn default_options() -> herdless_options {
         rotate_every: HERDLESS_ROTATE_ADAPTIVE,
         max_members: herdless::DEFAULT_MAX_MEMBERS,
         max_exclusive: herdless::DEFAULT_MAX_EXCLUSIVE,
+        mode: 0o600,
     }
 }
 
@@ -367,7 +372,8 @@ fn builder(options: &herdless_options) -> Result<herdless::GroupBuilder, Failure
         .backend(backend)
         .rotation(rotation)
         .max_members(options.max_members)
-        .max_exclusive_descriptors(options.max_exclusive))
+        .max_exclusive_descriptors(options.max_exclusive)
+        .mode(options.mode))
 }
 
 /// The Rust string of a C string argument.
@@ -388,8 +394,9 @@ unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
 /// Opens the **named group** `name`, which any process of a user the group's mode lets in
 /// opens by name: server programs exec'd by a supervisor, or started on their own, all share
 /// it. With `options` NULL the group must exist, and its settings are taken (what a server that
-/// must not create calls); with options, the group is created with them if there is none (mode
-/// 0600; a group nobody has open and whose members are all gone is made anew), and an existing
+/// must not create calls); with options, the group is created with them if there is none (with
+/// their `mode`, 0600 by default; a group nobody has open and whose members are all gone is
+/// made anew), and an existing
 /// one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's);
 /// herdless_group_origin says which it did. A second open of one name in a process returns the
 /// same group (unless it was removed meanwhile). A name is 1 to 245 characters (21 on macOS)
@@ -569,7 +576,7 @@ pub extern "C" fn herdless_member(waiter: herdless_waiter) -> c_int {
     ffi(|| {
         let entry = registry::waiter(waiter.id)?;
         let state = registry::lock(&entry)?;
-        Ok(state.waiter.member() as c_int)
+        Ok(state.poll.waiter().member() as c_int)
     })
 }
 
@@ -601,7 +608,9 @@ pub extern "C" fn herdless_add(
         let interest = interest_of(interest)?;
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        with_source(fd, |s| state.waiter.add(s, registry::key_of(fd), interest))?;
+        with_source(fd, |s| {
+            state.waiter().add(s, registry::key_of(fd), interest)
+        })?;
         state.set_data(fd, data);
         Ok(HERDLESS_OK)
     })
@@ -623,7 +632,7 @@ pub extern "C" fn herdless_modify(
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
         with_source(fd, |s| {
-            state.waiter.modify(s, registry::key_of(fd), interest)
+            state.waiter().modify(s, registry::key_of(fd), interest)
         })?;
         state.set_data(fd, data);
         // Changed by hand: herdless_poll no longer owns what it registered.
@@ -645,7 +654,7 @@ pub extern "C" fn herdless_delete(waiter: herdless_waiter, fd: herdless_fd) -> c
         #[cfg(unix)]
         state.forget_polled(fd);
         state.forget_data(fd);
-        with_source(fd, |s| state.waiter.delete(s))?;
+        with_source(fd, |s| state.waiter().delete(s))?;
         Ok(HERDLESS_OK)
     })
 }
@@ -774,11 +783,11 @@ pub extern "C" fn herdless_waiter_fd(waiter: herdless_waiter) -> c_int {
     ffi(|| {
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        state.waiter.nest()?;
+        state.waiter().nest()?;
         #[cfg(unix)]
         {
             use std::os::fd::AsRawFd;
-            Ok(state.waiter.as_raw_fd())
+            Ok(state.waiter().as_raw_fd())
         }
         #[cfg(not(unix))]
         unreachable!("nest is Unsupported off Unix")

@@ -1,69 +1,114 @@
-//! `herdless_poll`: the `poll()`-shaped entry point, for C code that wants to change one call.
+//! The `poll()`-shaped entry points, for C code that wants to change one call:
+//! `herdless_poll_shared`, `poll()`'s own signature with no waiter (each descriptor asked for
+//! with [`HERDLESS_POLLEXCL`] is on its object's line, which the calling thread joins at its
+//! first call), and `herdless_poll`, the same through an explicit waiter.
 //!
-//! The caller keeps its `struct pollfd` array and adds [`HERDLESS_POLLEXCL`] and
-//! [`HERDLESS_POLLONE`] to `events`. Each call compares the array with what the waiter has
-//! registered (the data of each registration is the descriptor itself) and adds, modifies or
-//! deletes registrations to match, then waits once and fills `revents` as `poll()` would for
-//! the descriptors herdless handed out. The real `revents` (POLLIN, POLLOUT, POLLHUP, POLLERR…)
-//! come from a zero-timeout `poll()` of those descriptors only: it sleeps in no wait queue, so
-//! it wakes nobody and herds nothing.
-//!
-//! As `poll()` it looks every number up on each call (`crate::identity`: a closed number gets
-//! POLLNVAL, a reused one is registered anew), ends with −1/EINTR when a signal handler ran
-//! (`crate::signals`), and fails with −1 and `errno` (`crate::errors`, `ffi_poll`).
+//! Both are herdless's `PollWaiter::poll` (registrations that follow the array, numbers looked
+//! up on every call, `revents` as `poll()` fills them, −1/EINTR when a signal handler ran) with
+//! `poll(2)`'s argument checks and `errno` (`crate::errors::ffi_poll`); the shared one on the
+//! calling thread's member of the line (`herdless::poll`), which the Rust call uses too.
 
 use std::ffi::c_int;
-use std::os::fd::RawFd;
 
-use herdless::Interest;
+use herdless::PollFd;
 
-use crate::errors::{ffi_poll, Failure, HERDLESS_EINVAL, HERDLESS_ENULL};
-use crate::identity::Check;
-use crate::registry::{self, Polled, WaiterState};
-use crate::{herdless_waiter, timeout_of};
+use crate::errors::{ffi, ffi_poll, Failure, HERDLESS_EINVAL, HERDLESS_ENULL, HERDLESS_OK};
+use crate::registry;
+use crate::{herdless_fd, herdless_waiter, timeout_of};
 
-/// `events` bit for herdless_poll: an event on this descriptor wakes exactly one of the
-/// group's waiters (the POLLEXCL proposal). 0x0800 is used by no POLL* bit of Linux's
-/// <poll.h>.
+/// `events` bit for herdless_poll_shared and herdless_poll: an event on this descriptor wakes
+/// exactly one of the waiters that poll the same object with the bit (the POLLEXCL proposal).
+/// 0x0800 is used by no POLL* bit of Linux's <poll.h>.
 pub const HERDLESS_POLLEXCL: i16 = 0x0800;
-/// `events` bit for herdless_poll: a call returns at most one ready descriptor, and ready
-/// descriptors are served in turn over successive calls (the POLLONE proposal). 0x4000 is used
-/// by no POLL* bit of Linux's <poll.h> (the kernel's POLLFREE is internal and never in a
-/// pollfd).
+/// `events` bit for herdless_poll_shared and herdless_poll: a call returns at most one ready
+/// descriptor, and ready descriptors are served in turn over successive calls (the POLLONE
+/// proposal). 0x4000 is used by no POLL* bit of Linux's <poll.h> (the kernel's POLLFREE is
+/// internal and never in a pollfd).
 pub const HERDLESS_POLLONE: i16 = 0x4000;
 
-// Both bits are positive values of a C short.
-const _: () = assert!(HERDLESS_POLLEXCL > 0 && HERDLESS_POLLONE > 0);
+// The C bits are the Rust ones.
+const _: () =
+    assert!(HERDLESS_POLLEXCL == herdless::POLLEXCL && HERDLESS_POLLONE == herdless::POLLONE);
 
-/// The system bits herdless can watch, and those poll() always reports.
-const READ_BITS: i16 = libc::POLLIN | libc::POLLRDNORM;
-const WRITE_BITS: i16 = libc::POLLOUT | libc::POLLWRNORM;
-const ALWAYS: i16 = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+/// `poll()` with two more bits, and no setup: rename `poll` to `herdless_poll_shared` and add
+/// HERDLESS_POLLEXCL (and HERDLESS_POLLONE) to the `events` of the shared descriptors.
+///
+/// - **HERDLESS_POLLEXCL**: the descriptor is shared with every thread or process that polls
+///   the same object (the same queue, pipe, socket or FIFO, however each opened it) with the
+///   bit: one event wakes one of them, and they take events in turn. The calling thread joins
+///   the object's *line* at its first call and leaves when it exits (or its process dies);
+///   processes with no common parent (started by a shell, a supervisor, systemd) take part.
+///   The descriptor must be non-blocking (O_NONBLOCK): a wake-up can find nothing.
+/// - **HERDLESS_POLLONE**: one call returns at most one ready descriptor, served in turn: with
+///   fds 1, 2, 3 all readable, four calls return fd1, fd2, fd3, fd1.
+/// - **Who shares a line**: the line of an object is the implicit group of its permission
+///   class (owner, group, mode; `/dev/shm/herdless.implicit.<backend>.<uid>.<gid>.<mode>`),
+///   made with the object's access: whoever may open the queue may share its line. Sockets
+///   and anonymous pipes are on the line of the calling user. A group object under that name
+///   that a user the rule shuts out could have made is refused (EACCES). See docs/c.md,
+///   "POLLEXCL with no setup".
+/// - **One line's class per call**: the HERDLESS_POLLEXCL descriptors of one call must have
+///   one owner, group and mode class (ENOTSUP, HERDLESS_ELINES, otherwise); descriptors
+///   without the bit may be anything.
+/// - **Backend**: the environment's HERDLESS_BACKEND (auto, the default; native; emulated),
+///   read at the process's first call; every process of a line must use the same.
+/// - **Consumed**: the thread's next call says that the events of this one were consumed;
+///   herdless_consumed_shared(fd) right after the read says it sooner (recommended before long
+///   work).
+/// - Everything else is poll()'s: a closed number gets POLLNVAL, a reused one is watched anew,
+///   a signal handler that runs while it waits ends it with -1 and errno EINTR, a negative fd
+///   is ignored, and without either bit in any entry the call is poll() itself.
+///
+/// Returns the number of entries with non-zero `revents` (0 on timeout), or -1 with errno
+/// set: poll()'s EFAULT (fds NULL with nfds > 0), EINVAL (nfds over RLIMIT_NOFILE), EINTR;
+/// and EPERM (a descriptor asked for with HERDLESS_POLLEXCL that cannot be watched
+/// exclusively), EINVAL (HERDLESS_EBLOCKING: set O_NONBLOCK first; POLLPRI with
+/// HERDLESS_POLLEXCL; HERDLESS_BACKEND not auto, native or emulated), ENOTSUP
+/// (HERDLESS_ELINES), EACCES (the line's group object shuts this user out, or was planted),
+/// ENOSYS (HERDLESS_BACKEND=native where the kernel has none), EIO. herdless_last_error()
+/// gives the HERDLESS_E* code and herdless_strerror() its message.
+///
+/// # Safety
+///
+/// `fds` must point to `nfds` writable `struct pollfd` (or be NULL when `nfds` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn herdless_poll_shared(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    ffi_poll(|| {
+        // SAFETY: the caller's contract (see # Safety).
+        let fds = unsafe { pollfds(fds, nfds) }?;
+        Ok(herdless::poll(fds, timeout_of(timeout))? as c_int)
+    })
+}
 
-/// The interest a pollfd's `events` asks for; None if it asks for nothing herdless watches.
-fn interest_of(events: i16) -> Option<Interest> {
-    let mut interest = None::<Interest>;
-    for (bits, base) in [
-        (READ_BITS, Interest::READABLE),
-        (WRITE_BITS, Interest::WRITABLE),
-        (libc::POLLPRI, Interest::PRIORITY),
-    ] {
-        if events & bits != 0 {
-            interest = Some(interest.map_or(base, |i| i.add(base)));
+/// Says that the event of `fd` handed out by the calling thread's last herdless_poll_shared
+/// was consumed (the message read, the connection accepted): the line may hand the
+/// descriptor's next event to another member while this thread works, and this thread goes to
+/// the back of the line. The thread's next herdless_poll_shared does it anyway; call this
+/// before long work (under the emulation a held event is waited for, up to 40 ms, before
+/// another member takes the descriptor's next one). A descriptor the last call did not hand
+/// out is ignored.
+///
+/// Returns HERDLESS_OK, or HERDLESS_EIO.
+#[no_mangle]
+pub extern "C" fn herdless_consumed_shared(fd: herdless_fd) -> c_int {
+    ffi(|| {
+        if fd < 0 {
+            return Ok(HERDLESS_OK);
         }
-    }
-    let mut interest = interest?;
-    if events & HERDLESS_POLLEXCL != 0 {
-        interest = interest.exclusive();
-    }
-    if events & HERDLESS_POLLONE != 0 {
-        interest = interest.one_event_round_robin();
-    }
-    Some(interest)
+        // SAFETY: used as a number only, to find the events of the thread's last call.
+        let source = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        herdless::poll_consumed(&source)?;
+        Ok(HERDLESS_OK)
+    })
 }
 
 /// Waits like `poll(fds, nfds, timeout_ms)` through the waiter, honouring HERDLESS_POLLEXCL
-/// and HERDLESS_POLLONE in each entry's `events`.
+/// and HERDLESS_POLLONE in each entry's `events`: herdless_poll_shared with a waiter of a group
+/// of your own (its name, settings and statistics).
 ///
 /// - Registration follows the array: a descriptor that appears is added, one whose `events`
 ///   changed is modified, one that is gone (or whose `fd` is negative) is deleted. A
@@ -111,30 +156,48 @@ pub unsafe extern "C" fn herdless_poll(
     timeout_ms: c_int,
 ) -> c_int {
     ffi_poll(|| {
-        if fds.is_null() && nfds > 0 {
-            return Err(Failure::new(HERDLESS_ENULL, "fds is NULL with nfds > 0"));
-        }
-        let n = usize::try_from(nfds)
-            .ok()
-            .filter(|&n| n <= c_int::MAX as usize && within_rlimit(n))
-            .ok_or_else(|| {
-                Failure::new(
-                    HERDLESS_EINVAL,
-                    format!("nfds {nfds} exceeds RLIMIT_NOFILE, as poll() refuses it"),
-                )
-            })?;
-        let fds: &mut [libc::pollfd] = if n == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller gives `nfds` writable pollfd at `fds` (non-NULL, checked).
-            unsafe { std::slice::from_raw_parts_mut(fds, n) }
-        };
+        // SAFETY: the caller's contract (see # Safety).
+        let fds = unsafe { pollfds(fds, nfds) }?;
         let entry = registry::waiter(waiter.id)?;
         let mut state = registry::lock(&entry)?;
-        let got = poll_locked(&mut state, fds, timeout_ms)?;
-        state.ended_by_leave(got as usize)?;
-        Ok(got)
+        let got = state.poll.poll(fds, timeout_of(timeout_ms));
+        state.remember_last();
+        let got = got?;
+        state.ended_by_leave(got)?;
+        Ok(got as c_int)
     })
+}
+
+/// The caller's array, checked as poll() checks it: EFAULT for NULL with `nfds` > 0, EINVAL
+/// for more than RLIMIT_NOFILE entries.
+///
+/// # Safety
+///
+/// `fds` points to `nfds` writable `struct pollfd`, or is NULL.
+unsafe fn pollfds<'a>(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+) -> Result<&'a mut [PollFd<'a>], Failure> {
+    if fds.is_null() && nfds > 0 {
+        return Err(Failure::new(HERDLESS_ENULL, "fds is NULL with nfds > 0"));
+    }
+    let n = usize::try_from(nfds)
+        .ok()
+        .filter(|&n| n <= c_int::MAX as usize && within_rlimit(n))
+        .ok_or_else(|| {
+            Failure::new(
+                HERDLESS_EINVAL,
+                format!("nfds {nfds} exceeds RLIMIT_NOFILE, as poll() refuses it"),
+            )
+        })?;
+    let raw: &mut [libc::pollfd] = if n == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller gives `nfds` writable pollfd at `fds` (non-NULL, checked).
+        unsafe { std::slice::from_raw_parts_mut(fds, n) }
+    };
+    // SAFETY: the numbers are the C caller's to poll, for this call.
+    Ok(unsafe { PollFd::from_raw_slice(raw) })
 }
 
 /// poll()'s own limit on `nfds`: RLIMIT_NOFILE (asked only for arrays longer than 256, which
@@ -152,230 +215,4 @@ fn within_rlimit(n: usize) -> bool {
         return true;
     }
     limit.rlim_cur == libc::RLIM_INFINITY || (n as libc::rlim_t) <= limit.rlim_cur
-}
-
-fn poll_locked(
-    state: &mut WaiterState,
-    fds: &mut [libc::pollfd],
-    timeout_ms: c_int,
-) -> Result<c_int, Failure> {
-    for pfd in fds.iter_mut() {
-        pfd.revents = 0;
-    }
-    // What the array asks for, per descriptor (interests of repeated descriptors merged).
-    let mut wanted = std::mem::take(&mut state.wanted);
-    let mut order = std::mem::take(&mut state.order);
-    wanted.clear();
-    order.clear();
-    for pfd in fds.iter() {
-        if pfd.fd >= 0 && interest_of(pfd.events).is_some() {
-            let bits = wanted.entry(pfd.fd).or_insert_with(|| {
-                order.push(pfd.fd);
-                0
-            });
-            *bits |= pfd.events & !ALWAYS;
-        }
-    }
-    let result = update_and_wait(state, &wanted, &order, fds, timeout_ms);
-    state.wanted = wanted;
-    state.order = order;
-    result
-}
-
-/// Deletes `fd`'s registration and forgets it. Errors about a descriptor that is gone or was
-/// never there are no errors here: the registration is what goes.
-fn unregister(state: &mut WaiterState, fd: RawFd) -> Result<(), Failure> {
-    state.forget_polled(fd);
-    state.forget_data(fd);
-    match crate::with_source(fd, |s| state.waiter.delete(s)) {
-        Ok(()) => Ok(()),
-        Err(f) if f.code == crate::HERDLESS_ENOENT || f.code == crate::HERDLESS_EBADF => Ok(()),
-        Err(f) => Err(f),
-    }
-}
-
-fn update_and_wait(
-    state: &mut WaiterState,
-    wanted: &std::collections::HashMap<RawFd, i16>,
-    order: &[RawFd],
-    fds: &mut [libc::pollfd],
-    timeout_ms: c_int,
-) -> Result<c_int, Failure> {
-    // Gone from the array: delete.
-    let gone: Vec<RawFd> = state
-        .polled
-        .keys()
-        .filter(|fd| !wanted.contains_key(fd))
-        .copied()
-        .collect();
-    for fd in gone {
-        unregister(state, fd)?;
-    }
-    // New, changed, reused or closed: add, modify, re-add or answer, in array order. Answers
-    // poll() gives at once (POLLNVAL, an always-ready file) are collected.
-    let mut at_once = false;
-    for &fd in order {
-        let bits = wanted[&fd];
-        let Some(interest) = interest_of(bits) else {
-            continue; // not reached: only entries with an interest are wanted
-        };
-        let known = match state.polled.get(&fd).copied() {
-            None => None,
-            Some(old) => match state.tracker.check(fd, old.identity) {
-                Check::Same => Some(old),
-                Check::Changed => {
-                    // Another open file under the old number: the old registration goes.
-                    unregister(state, fd)?;
-                    None
-                }
-                Check::Closed => {
-                    unregister(state, fd)?;
-                    at_once |= answer(fds, fd, libc::POLLNVAL);
-                    continue;
-                }
-            },
-        };
-        let done = match known {
-            Some(old) if old.bits == bits => continue,
-            Some(old) => crate::with_source(fd, |s| {
-                state.waiter.modify(s, registry::key_of(fd), interest)
-            })
-            .map(|()| old.identity),
-            None => match state.tracker.identify(fd) {
-                Err(libc::EBADF) => Err(herdless::Error::BadDescriptor { fd }.into()),
-                Err(errno) => Err(Failure {
-                    code: crate::HERDLESS_EIO,
-                    message: format!(
-                        "inspecting descriptor {fd}: {}",
-                        std::io::Error::from_raw_os_error(errno)
-                    ),
-                    os_errno: Some(errno),
-                }),
-                Ok(identity) => {
-                    crate::with_source(fd, |s| state.waiter.add(s, registry::key_of(fd), interest))
-                        .map(|()| identity)
-                        .inspect_err(|_| state.tracker.forget(fd, identity))
-                }
-            },
-        };
-        match done {
-            Ok(identity) => {
-                state.polled.insert(fd, Polled { bits, identity });
-                state.set_data(fd, fd as u64); // herdless_consumed(waiter, fd)
-            }
-            // poll() answers POLLNVAL for a closed descriptor.
-            Err(f) if f.code == crate::HERDLESS_EBADF => {
-                state.forget_polled(fd);
-                at_once |= answer(fds, fd, libc::POLLNVAL);
-            }
-            // Not watchable: without POLLEXCL, poll()'s own answer (a regular file is always
-            // ready); with it, the error: answering "ready" would make the caller spin.
-            Err(f) if f.code == crate::HERDLESS_EUNWATCHABLE && !interest.is_exclusive() => {
-                state.forget_polled(fd);
-                at_once |= answer(fds, fd, probe(fd, bits));
-            }
-            Err(f) => return Err(f),
-        }
-    }
-    // Entries answered at once end the call, as in poll(): what else is ready is still
-    // collected, without waiting.
-    let timeout = match at_once {
-        true => Some(std::time::Duration::ZERO),
-        false => timeout_of(timeout_ms),
-    };
-    let capacity = wanted.len().max(1);
-    let got = state.wait(capacity, timeout)?;
-    if got == 0 {
-        return Ok(count(fds));
-    }
-    for event in state.user_events() {
-        let fd = event.key as RawFd;
-        let asked = wanted.get(&fd).copied().unwrap_or(0);
-        let revents = match probe(fd, asked) {
-            0 => {
-                // Taken meanwhile (by a signal handler, say): report what herdless saw.
-                [
-                    (event.is_readable(), READ_BITS),
-                    (event.is_writable(), WRITE_BITS),
-                    (event.is_priority(), libc::POLLPRI),
-                    (event.is_read_closed(), libc::POLLHUP),
-                    (event.is_error(), libc::POLLERR),
-                ]
-                .iter()
-                .filter(|(set, _)| *set)
-                .fold(0, |bits, (_, bit)| bits | bit)
-            }
-            ready => ready,
-        };
-        answer(fds, fd, revents);
-    }
-    Ok(count(fds))
-}
-
-/// What a zero-timeout poll() says of `fd` for the `events` asked: it sleeps in no wait
-/// queue, so it wakes nobody and herds nothing.
-fn probe(fd: RawFd, events: i16) -> i16 {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: events & (READ_BITS | WRITE_BITS | libc::POLLPRI),
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, zero timeout.
-    match unsafe { libc::poll(&mut pfd, 1, 0) } {
-        1 => pfd.revents,
-        _ => 0,
-    }
-}
-
-/// Sets the `revents` of every entry of `fd` to what it asked for among `revents` (plus what
-/// poll() always reports); true if any entry got something.
-fn answer(fds: &mut [libc::pollfd], fd: RawFd, revents: i16) -> bool {
-    let mut any = false;
-    for pfd in fds.iter_mut().filter(|p| p.fd == fd) {
-        pfd.revents = revents & ((pfd.events & !(HERDLESS_POLLEXCL | HERDLESS_POLLONE)) | ALWAYS);
-        any |= pfd.revents != 0;
-    }
-    any
-}
-
-fn count(fds: &[libc::pollfd]) -> c_int {
-    fds.iter().filter(|p| p.revents != 0).count() as c_int
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_flags_clash_with_no_system_poll_bit() {
-        let system = [
-            libc::POLLIN,
-            libc::POLLPRI,
-            libc::POLLOUT,
-            libc::POLLERR,
-            libc::POLLHUP,
-            libc::POLLNVAL,
-            libc::POLLRDNORM,
-            libc::POLLRDBAND,
-            libc::POLLWRNORM,
-            libc::POLLWRBAND,
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            libc::POLLRDHUP,
-        ];
-        for bit in system {
-            assert_eq!(bit & (HERDLESS_POLLEXCL | HERDLESS_POLLONE), 0, "{bit:#x}");
-        }
-        assert_eq!(HERDLESS_POLLEXCL & HERDLESS_POLLONE, 0);
-    }
-
-    #[test]
-    fn events_map_to_interests() {
-        assert_eq!(interest_of(0), None);
-        assert_eq!(interest_of(HERDLESS_POLLEXCL), None);
-        let i = interest_of(libc::POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE).unwrap();
-        assert!(i.is_readable() && i.is_exclusive() && i.is_one_event_round_robin());
-        assert!(!i.is_writable());
-        let o = interest_of(libc::POLLWRNORM).unwrap();
-        assert!(o.is_writable() && !o.is_exclusive());
-    }
 }

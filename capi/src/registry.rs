@@ -18,18 +18,14 @@
 //! (`pthread_atfork`), so a child forked while another thread was in the middle of a lookup
 //! finds it unlocked.
 
-#[cfg(unix)]
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 #[cfg(unix)]
 use std::sync::Once;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use herdless::{Events, Group, Notifier, Waiter};
+use herdless::{Group, Notifier, Waiter};
 
-use crate::errors::{
-    Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EINTR, HERDLESS_EWRONGPROCESS,
-};
+use crate::errors::{Failure, HERDLESS_EBADHANDLE, HERDLESS_EBUSY, HERDLESS_EWRONGPROCESS};
 
 /// The kind tag of a group handle (top byte of the id).
 const GROUP_TAG: u64 = 0x47; // 'G'
@@ -93,18 +89,10 @@ fn left_while_in_call() -> Failure {
     )
 }
 
-/// A descriptor `herdless_poll` registered: the pollfd `events` bits it was registered for,
-/// and which open file the number named then.
-#[cfg(unix)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Polled {
-    pub(crate) bits: i16,
-    pub(crate) identity: crate::identity::Identity,
-}
-
 /// The Rust key of the registration of C descriptor `fd`: its number. Every registration of a
 /// waiter has a number of its own, so the Rust keys are unique, and the C caller's data can be
-/// any value (`WaiterState::data`); the signal watch is known by its number too.
+/// any value (`WaiterState::data`); the signal watch is known by its number too, and so is
+/// every registration `herdless_poll` makes (herdless's `PollWaiter` keys them so).
 pub(crate) fn key_of(fd: crate::herdless_fd) -> usize {
     fd as usize
 }
@@ -113,71 +101,81 @@ pub(crate) fn key_of(fd: crate::herdless_fd) -> usize {
 /// `herdless_found_nothing` counts under when no event of the last wait has its data.
 const NO_KEY: usize = usize::MAX;
 
-/// A waiter and what `herdless_poll` remembers between calls.
+/// The waiter with poll's manners (its registrations following `herdless_poll`'s arrays, its
+/// waits ended by signal handlers as `poll(2)`'s): herdless's own on Unix.
+#[cfg(unix)]
+pub(crate) type PollWaiter = herdless::PollWaiter;
+
+/// Outside Unix (no `herdless_poll`, no signals to end a wait): the waiter and its buffer.
+#[cfg(not(unix))]
+pub(crate) struct PollWaiter {
+    waiter: Waiter,
+    events: herdless::Events,
+}
+
+#[cfg(not(unix))]
+impl PollWaiter {
+    fn new(waiter: Waiter) -> PollWaiter {
+        PollWaiter {
+            waiter,
+            events: herdless::Events::with_capacity(1),
+        }
+    }
+
+    pub(crate) fn waiter_mut(&mut self) -> &mut Waiter {
+        &mut self.waiter
+    }
+
+    pub(crate) fn waiter(&self) -> &Waiter {
+        &self.waiter
+    }
+
+    pub(crate) fn events(&self) -> impl Iterator<Item = herdless::Event> + '_ {
+        self.events.iter()
+    }
+
+    fn wait(
+        &mut self,
+        capacity: usize,
+        timeout: Option<std::time::Duration>,
+    ) -> herdless::Result<usize> {
+        if self.events.capacity() != capacity {
+            self.events = herdless::Events::with_capacity(capacity);
+        }
+        self.waiter.wait(&mut self.events, timeout)
+    }
+}
+
+/// A waiter, what `herdless_poll` remembers between calls, and the caller's data.
 pub(crate) struct WaiterState {
-    pub(crate) waiter: Waiter,
-    /// The buffer `herdless_wait` and `herdless_poll` receive into (grown on demand).
-    pub(crate) events: Events,
+    /// The waiter (`poll.waiter_mut()`), its receive buffer, and on Unix what herdless_poll
+    /// registered.
+    pub(crate) poll: PollWaiter,
     /// The caller's data of each registration, by Rust key (`key_of`): herdless_add's and
     /// herdless_modify's; a descriptor herdless_poll registered has its number.
     data: std::collections::HashMap<usize, u64>,
     /// The caller's events of the last wait, as (Rust key, data): what herdless_consumed and
     /// herdless_found_nothing find by data.
     last: Vec<(usize, u64)>,
-    /// Descriptors `herdless_poll` registered.
-    #[cfg(unix)]
-    pub(crate) polled: HashMap<std::os::fd::RawFd, Polled>,
-    /// Which open file each polled number names (checked on every `herdless_poll`).
-    #[cfg(unix)]
-    pub(crate) tracker: crate::identity::Tracker,
-    /// Scratch map of one `herdless_poll` call (kept to avoid allocating per call).
-    #[cfg(unix)]
-    pub(crate) wanted: HashMap<std::os::fd::RawFd, i16>,
-    /// The wanted descriptors in the order they first appear in the array: registrations are
-    /// made in that order, so ready descriptors are served in array order.
-    #[cfg(unix)]
-    pub(crate) order: Vec<std::os::fd::RawFd>,
-    /// The signalfd that ends a blocking wait when a handler is due (made on the first
-    /// blocking wait, registered with the waiter under its number, as every registration).
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    signals: Option<crate::signals::SignalWatch>,
 }
 
 impl WaiterState {
     pub(crate) fn new(waiter: Waiter) -> WaiterState {
         WaiterState {
-            waiter,
-            events: Events::with_capacity(1),
+            poll: PollWaiter::new(waiter),
             data: std::collections::HashMap::new(),
             last: Vec::new(),
-            #[cfg(unix)]
-            polled: HashMap::new(),
-            #[cfg(unix)]
-            tracker: Default::default(),
-            #[cfg(unix)]
-            wanted: HashMap::new(),
-            #[cfg(unix)]
-            order: Vec::new(),
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            signals: None,
         }
     }
 
-    /// The caller's events of the last wait (the signalfd's, if any, left out).
+    /// The waiter.
+    pub(crate) fn waiter(&mut self) -> &mut Waiter {
+        self.poll.waiter_mut()
+    }
+
+    /// The caller's events of the last wait (the signal watch's left out).
     pub(crate) fn user_events(&self) -> impl Iterator<Item = herdless::Event> + '_ {
-        let signals = self.signal_key();
-        self.events.iter().filter(move |e| Some(e.key) != signals)
-    }
-
-    /// The Rust key of the signal watch's registration, once it is made.
-    fn signal_key(&self) -> Option<usize> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        {
-            use std::os::fd::AsRawFd;
-            self.signals.as_ref().map(|w| key_of(w.fd().as_raw_fd()))
-        }
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
-        None
+        self.poll.events()
     }
 
     /// Records the caller's `data` for the registration of `fd`.
@@ -200,15 +198,21 @@ impl WaiterState {
     /// wake-up whether or not one had it, as the Rust call does.
     pub(crate) fn consumed(&mut self, data: u64, found_nothing: bool) -> herdless::Result<()> {
         let mut counted = !found_nothing;
-        for &(key, _) in self.last.iter().filter(|(_, d)| *d == data) {
+        let keys: Vec<usize> = self
+            .last
+            .iter()
+            .filter(|(_, d)| *d == data)
+            .map(|&(key, _)| key)
+            .collect();
+        for key in keys {
             match counted {
-                true => self.waiter.consumed(key)?,
-                false => self.waiter.found_nothing(key)?,
+                true => self.waiter().consumed(key)?,
+                false => self.waiter().found_nothing(key)?,
             }
             counted = true;
         }
         if !counted {
-            self.waiter.found_nothing(NO_KEY)?;
+            self.waiter().found_nothing(NO_KEY)?;
         }
         Ok(())
     }
@@ -217,126 +221,29 @@ impl WaiterState {
     /// or modified by hand): the next `herdless_poll` that lists it registers it anew.
     #[cfg(unix)]
     pub(crate) fn forget_polled(&mut self, fd: std::os::fd::RawFd) {
-        if let Some(old) = self.polled.remove(&fd) {
-            self.tracker.forget(fd, old.identity);
-        }
+        self.poll.forget(fd);
+    }
+
+    /// Remembers the caller's events of the last wait by data, for herdless_consumed.
+    pub(crate) fn remember_last(&mut self) {
+        let mut last = std::mem::take(&mut self.last);
+        last.clear();
+        last.extend(self.poll.events().map(|e| (e.key, self.data_of(e.key))));
+        self.last = last;
     }
 
     /// Waits into the receive buffer, sized for `capacity` events; the events are then in
-    /// `self.events` (read them with `user_events`). Returns the caller's event count.
-    ///
-    /// A blocking wait (any timeout but zero) ends with HERDLESS_EINTR when a signal handler
-    /// is due and nothing was ready, as `poll(2)` ends with EINTR (`crate::signals`).
+    /// `user_events`. Returns the caller's event count. A blocking wait ends with
+    /// HERDLESS_EINTR when a signal handler is due and nothing was ready, as `poll(2)` ends
+    /// with EINTR (herdless's `PollWaiter::wait`).
     pub(crate) fn wait(
         &mut self,
         capacity: usize,
         timeout: Option<std::time::Duration>,
     ) -> Result<usize, Failure> {
-        if self.events.capacity() != capacity {
-            self.events = Events::with_capacity(capacity);
-        }
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        let got = match timeout != Some(std::time::Duration::ZERO) {
-            true => self.wait_for_signals(timeout),
-            false => self.wait_once(timeout),
-        };
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
-        let got = self.wait_once(timeout);
-        let mut last = std::mem::take(&mut self.last);
-        last.clear();
-        last.extend(self.user_events().map(|e| (e.key, self.data_of(e.key))));
-        self.last = last;
-        got
-    }
-
-    /// One wait of the Rust waiter; the signalfd's event (a signal seen while the thread does
-    /// not block it: a zero timeout) is not the caller's: the watch is refreshed and the wait
-    /// made once more.
-    fn wait_once(&mut self, timeout: Option<std::time::Duration>) -> Result<usize, Failure> {
-        let n = self.waiter.wait(&mut self.events, timeout)?;
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        if n != self.user_events().count() {
-            if let Some(watch) = self.signals.as_mut() {
-                watch
-                    .refresh()
-                    .map_err(|e| io_failure("reading the signal mask", e))?;
-            }
-            self.waiter.wait(&mut self.events, timeout)?;
-        }
-        let _ = n;
-        self.unless_interrupted()
-    }
-
-    /// The caller's event count, or HERDLESS_EINTR if the Rust wait reports that a signal
-    /// handler ended it (`Events::interrupted`, with no events): a handler the signalfd did
-    /// not catch, because the wait does not block its signal (a synchronous one such as SIGTRAP
-    /// sent by another thread, or one of the C library's own, such as glibc's SIGSETXID that
-    /// another thread's `setuid` sends to every thread). `poll(2)` answers these with EINTR.
-    fn unless_interrupted(&self) -> Result<usize, Failure> {
-        let user = self.user_events().count();
-        if user == 0 && self.events.interrupted() {
-            return Err(Failure::new(
-                HERDLESS_EINTR,
-                "interrupted: a signal handler ran while the waiter waited",
-            ));
-        }
-        Ok(user)
-    }
-
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn wait_for_signals(&mut self, timeout: Option<std::time::Duration>) -> Result<usize, Failure> {
-        use crate::signals::SignalWatch;
-        use std::os::fd::AsRawFd;
-        use std::time::Instant;
-        if self.signals.is_none() {
-            let watch = SignalWatch::new().map_err(|e| io_failure("making a signalfd", e))?;
-            let key = key_of(watch.fd().as_raw_fd());
-            self.waiter
-                .add(&watch.fd(), key, herdless::Interest::READABLE)
-                .map_err(Failure::from)?;
-            self.signals = Some(watch);
-        }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            let Some(watch) = self.signals.as_mut() else {
-                return Ok(0); // not reached: made above
-            };
-            let blocked = watch
-                .block()
-                .map_err(|e| io_failure("blocking signals for the wait", e))?;
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let n = self.waiter.wait(&mut self.events, left)?;
-            let user = self.user_events().count();
-            if user > 0 || n == 0 {
-                // Events, a timeout, a notification, or a handler that ran in the kernel wait
-                // (a signal the wait does not block: `unless_interrupted`): the handlers of any
-                // signal that came meanwhile run as the mask is put back (on drop), as after
-                // poll(2).
-                drop(blocked);
-                return self.unless_interrupted();
-            }
-            // Only the signalfd: is a handler due?
-            let handler = self.signals.as_ref().is_some_and(|w| w.handler_pending());
-            drop(blocked); // the handler runs here (or the signal is discarded, or acts)
-            if handler {
-                return Err(Failure::new(
-                    HERDLESS_EINTR,
-                    "interrupted: a signal handler ran while the waiter waited",
-                ));
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(0);
-            }
-        }
-    }
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn io_failure(what: &str, e: std::io::Error) -> Failure {
-    Failure {
-        code: crate::errors::HERDLESS_EIO,
-        message: format!("{what}: {e}"),
-        os_errno: e.raw_os_error(),
+        let got = self.poll.wait(capacity, timeout);
+        self.remember_last();
+        Ok(got?)
     }
 }
 

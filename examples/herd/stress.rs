@@ -22,7 +22,7 @@ pub struct Args {
     /// Shared descriptors to push messages through.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pipe,mq")]
     workloads: Vec<Workload>,
-    /// Waiting threads (members of the group), 1 to herdless::MAX_MEMBERS_LIMIT (4096).
+    /// Waiting threads (members of the group), 1 to herdless::MAX_MEMBERS_LIMIT (16 384).
     #[arg(long, default_value_t = 500)]
     waiters: usize,
     /// Message ids pushed through each workload and mode.

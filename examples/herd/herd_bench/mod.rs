@@ -35,7 +35,7 @@ const DEFAULT_MODES: &str = "no-flag,raw-flag,herdless-native,herdless-emulated"
 /// Flags of `herd pipe` and `herd mq`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Waiter counts to compare, comma-separated, each 1 to herdless::MAX_MEMBERS_LIMIT (4096);
+    /// Waiter counts to compare, comma-separated, each 1 to herdless::MAX_MEMBERS_LIMIT (16 384);
     /// the figures of each are set against the smallest. The default `1,500` is two counts: 1
     /// and 500 waiters.
     #[arg(long, value_delimiter = ',', default_value = "1,500")]

@@ -51,6 +51,11 @@ struct JsonRow {
     /// CPU time (user + system) of all waiters over the window of the kernel wake-ups.
     cpu_seconds: f64,
     cpu_us_per_message: f64,
+    /// µs per message ÷ the same mode's at the smallest waiter count of this run (T500/T1 in a
+    /// run of `--waiters 1,500`); null on the smallest count's own row.
+    time_vs_fewest_waiters: Option<f64>,
+    /// CPU µs per message ÷ the same mode's at the smallest waiter count of this run.
+    cpu_vs_fewest_waiters: Option<f64>,
     distribution: Distribution,
     per_waiter: Vec<u64>,
     mq_depth: Option<i64>,
@@ -161,6 +166,8 @@ impl Report {
                             .map(|e| e as f64 / n),
                         cpu_seconds: m.cpu_seconds,
                         cpu_us_per_message: m.cpu_seconds * 1e6 / n,
+                        time_vs_fewest_waiters: None,
+                        cpu_vs_fewest_waiters: None,
                         distribution: Distribution::of(&m.per_waiter),
                         per_waiter: m.per_waiter.clone(),
                         mq_depth: m.mq_depth,
@@ -196,7 +203,36 @@ impl Report {
                 }
             }
         }
+        report.relate_to_fewest_waiters();
         report
+    }
+
+    /// Fills each row's ratios to the row of the same workload, mode and run at the smallest
+    /// waiter count.
+    fn relate_to_fewest_waiters(&mut self) {
+        let ratios: Vec<Option<(f64, f64)>> = self
+            .rows
+            .iter()
+            .map(|row| {
+                let base = self
+                    .rows
+                    .iter()
+                    .filter(|b| {
+                        b.workload == row.workload && b.mode == row.mode && b.run == row.run
+                    })
+                    .min_by_key(|b| b.waiters)
+                    .filter(|b| b.waiters < row.waiters)?;
+                let time = |r: &JsonRow| r.seconds / r.messages as f64;
+                Some((
+                    time(row) / time(base),
+                    row.cpu_us_per_message / base.cpu_us_per_message,
+                ))
+            })
+            .collect();
+        for (row, ratio) in self.rows.iter_mut().zip(ratios) {
+            row.time_vs_fewest_waiters = ratio.map(|r| r.0);
+            row.cpu_vs_fewest_waiters = ratio.map(|r| r.1);
+        }
     }
 
     /// Rows that ran and were measured.
@@ -244,7 +280,8 @@ impl Report {
             "max share",
             "max−min",
             "Jain",
-            "µs/msg vs smallest W",
+            "time ÷ fewest W",
+            "CPU ÷ fewest W",
         ];
         let header = header.as_slice();
         let mut table: Vec<Vec<String>> = Vec::new();
@@ -268,12 +305,12 @@ impl Report {
             let of = |f: &dyn Fn(&Distribution) -> f64| {
                 Spread::of(&dist.iter().map(f).collect::<Vec<_>>())
             };
-            let ratio = self.baseline(line).map_or(String::from("—"), |base| {
-                format!(
-                    "× {:.2}",
-                    line.us_per_message().mean / base.us_per_message().mean
-                )
-            });
+            let base = self.baseline(line);
+            let ratio = |figure: fn(&Line) -> Spread| {
+                base.map_or(String::from("—"), |base| {
+                    format!("× {:.2}", figure(line).mean / figure(base).mean)
+                })
+            };
             table.push(vec![
                 line.workload.name().to_string(),
                 // The narrow table has no messages column: the mark goes with the mode.
@@ -304,7 +341,8 @@ impl Report {
                 show(of(&|d| d.max_share), 3),
                 show(of(&|d| d.spread as f64), 0),
                 show(of(&|d| d.jain), 3),
-                ratio,
+                ratio(Line::us_per_message),
+                ratio(Line::cpu_per_message),
             ]);
         }
         for m in &self.missing {
@@ -371,7 +409,8 @@ impl Report {
              not use herdless). CPU: user + system time of all the waiters (RUSAGE_THREAD per \
              waiter thread or child process) over the same window, per message; the \
              producer's is not counted. Time: first write to last read, all waiters asleep at \
-             the start."
+             the start. Time (CPU) ÷ fewest W: µs (CPU µs) per message ÷ the same mode's at \
+             the smallest waiter count of the run (T500/T1 in a run of --waiters 1,500)."
         );
         println!("\n### Per-waiter messages (first run)\n");
         for line in &self.lines {
@@ -476,6 +515,19 @@ impl Report {
             let native = find(Mode::NativeRr, high);
             let emulated = find(Mode::EmulatedRr, high);
             let raw = find(Mode::NativeExclusive, high);
+            if let (true, Some(one), Some(many)) =
+                (low < high, find(Mode::NativeExclusive, low), raw)
+            {
+                out.push(format!(
+                    "{name}, {} at W={high}: {} µs and {} µs of CPU per message; against itself \
+                     at W={low} (T{high}/T{low}) {} the time and {} the CPU.",
+                    many.mode.name(),
+                    fig(time(many)),
+                    fig(cpu(many)),
+                    times(time(many), time(one)),
+                    times(cpu(many), cpu(one)),
+                ));
+            }
             for herdless in [native, emulated].into_iter().flatten() {
                 let mut said = Vec::new();
                 if let Some(plain) = plain {
@@ -492,6 +544,13 @@ impl Report {
                         times(cpu(herdless), cpu(raw)),
                         herdless.jain().mean,
                         raw.jain().mean,
+                    ));
+                }
+                if let (true, Some(one)) = (low < high, find(herdless.mode.mode, low)) {
+                    said.push(format!(
+                        "against itself at W={low} (T{high}/T{low}) {} the time and {} the CPU",
+                        times(time(herdless), time(one)),
+                        times(cpu(herdless), cpu(one)),
                     ));
                 }
                 if said.is_empty() {

@@ -1,13 +1,14 @@
-//! Signals end a C wait as they end `poll(2)`: −1 with `EINTR` from `herdless_poll`,
-//! `HERDLESS_EINTR` from `herdless_wait`, when a handler ran and nothing was ready.
+//! Signals end a poll-shaped wait as they end `poll(2)`: `Error::Interrupted` from
+//! `PollWaiter::wait` and `PollWaiter::poll` (C: −1 with `EINTR` from `herdless_poll`,
+//! `HERDLESS_EINTR` from `herdless_wait`), when a handler ran and nothing was ready.
 //!
 //! The Rust waiter ends its wait when a handler runs inside its kernel wait
 //! (`Events::interrupted`), but a handler that runs just before that wait would be missed (the
 //! race `ppoll` exists for). So, for the length of a blocking wait, the
 //! calling thread blocks the signals it had not blocked itself (`pthread_sigmask`, the way
 //! `ppoll` swaps masks atomically), and the waiter watches a `signalfd` of exactly those
-//! signals, registered once as an ordinary (non-exclusive) descriptor under its own number (the
-//! C layer's Rust keys are descriptor numbers, each its own: `registry::key_of`). A signal sent
+//! signals, registered once as an ordinary (non-exclusive) descriptor under its own number (a
+//! poll waiter's keys are descriptor numbers, each its own). A signal sent
 //! meanwhile stays pending, the signalfd turns readable, the wait returns; the old mask is put back before the call returns, so the handler runs then, in
 //! this thread, before the caller sees −1 / `EINTR`. A signal that would run no handler
 //! (ignored, or a default action of ignore) is let through and the wait goes on with the time
@@ -22,7 +23,7 @@
 //! Synchronous signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS) are never blocked,
 //! nor the C library's own (glibc's SIGCANCEL and SIGSETXID, outside `sigfillset`): their
 //! handlers run inside the kernel wait, which the Rust waiter reports as `Events::interrupted`,
-//! and the registry answers that with `HERDLESS_EINTR` too (`WaiterState::unless_interrupted`).
+//! and `PollWaiter` answers that with `Error::Interrupted` too (`unless_interrupted`).
 
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
@@ -254,10 +255,8 @@ mod tests {
         {
             let _blocked = watch.block().unwrap();
             // SAFETY: live set.
-            assert_eq!(
-                unsafe { libc::sigismember(&watch.watched, libc::SIGTERM) },
-                1
-            );
+            let member = unsafe { libc::sigismember(&watch.watched, libc::SIGTERM) };
+            assert_eq!(member, 1);
         }
         let mut after = empty_set();
         // SAFETY: reads the mask.

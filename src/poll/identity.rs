@@ -1,7 +1,7 @@
-//! Which open file a descriptor number names, re-checked by `herdless_poll` on every call, so
-//! that a number closed and reused (a new pipe, `mq_close` + `mq_open`, a `dup2` over it) is
-//! watched anew and a closed one gets POLLNVAL, as `poll(2)`, which looks the number up on
-//! every call, does.
+//! Which open file a descriptor number names, re-checked by `PollWaiter::poll` on every call
+//! (so by C's `herdless_poll` and `herdless_poll_shared`), so that a number closed and reused
+//! (a new pipe, `mq_close` + `mq_open`, a `dup2` over it) is watched anew and a closed one gets
+//! POLLNVAL, as `poll(2)`, which looks the number up on every call, does.
 //!
 //! Two ways, by kind of file:
 //!
@@ -14,7 +14,7 @@
 //!   terminals and devices, eventfds and other anonymous inodes), on Linux: the tracker keeps
 //!   a duplicate of the descriptor (at a high number, closed on exec) and asks the kernel
 //!   whether the number still names that open file (`kcmp(KCMP_FILE)`, one system call). The
-//!   duplicate holds the file open until the next `herdless_poll` of this waiter sees the
+//!   duplicate holds the file open until this waiter's next poll sees the
 //!   number closed or reused (or the fd leaves the array, or the waiter leaves): until then a
 //!   FIFO's writers get no EPIPE, a queue closed by the caller stays open. A first design kept
 //!   these files in a private epoll instance instead (no reference held), but each entry sits
@@ -53,9 +53,6 @@ pub(crate) struct Tracker {
     /// Registered number -> a duplicate of the open file it named.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     held: std::collections::HashMap<RawFd, OwnedFd>,
-    /// The device of anonymous pipes (pipefs), learnt from a pipe of our own.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    pipe_dev: Option<u64>,
     /// Does the kernel answer kcmp (None: not asked yet)?
     #[cfg(any(target_os = "linux", target_os = "android"))]
     kcmp_works: Option<bool>,
@@ -64,7 +61,7 @@ pub(crate) struct Tracker {
     pid: libc::pid_t,
 }
 
-fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
+pub(crate) fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: fstat reads the number and fills the live struct, or fails.
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
@@ -147,7 +144,7 @@ impl Tracker {
     fn unique_inode(&mut self, st: &libc::stat) -> bool {
         match st.st_mode & libc::S_IFMT {
             libc::S_IFSOCK => true,
-            libc::S_IFIFO => Some(dev_ino(st).0) == self.pipe_device(),
+            libc::S_IFIFO => is_anonymous_pipe(st),
             _ => false,
         }
     }
@@ -155,22 +152,6 @@ impl Tracker {
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     fn unique_inode(&mut self, _st: &libc::stat) -> bool {
         true
-    }
-
-    /// The device of anonymous pipes, from a pipe made (and closed) once.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn pipe_device(&mut self) -> Option<u64> {
-        if self.pipe_dev.is_none() {
-            let mut p = [0; 2];
-            // SAFETY: pipe2 fills the two-element array or fails.
-            if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
-                // SAFETY: two descriptors pipe2 just opened, owned here and closed on drop.
-                let (a, _b) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-                use std::os::fd::AsRawFd;
-                self.pipe_dev = fstat(a.as_raw_fd()).ok().map(|st| dev_ino(&st).0);
-            }
-        }
-        self.pipe_dev
     }
 
     /// A duplicate of `fd` at a high number (so that the caller's next open still gets the
@@ -196,6 +177,28 @@ impl Tracker {
         }
         self.kcmp_works.unwrap_or(false).then_some(copy)
     }
+}
+
+/// Is this FIFO an anonymous pipe (on pipefs, the device of every `pipe()`), not a named FIFO?
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn is_anonymous_pipe(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFIFO && Some(dev_ino(st).0) == pipe_device()
+}
+
+/// The device of anonymous pipes, from a pipe made (and closed) once per process.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn pipe_device() -> Option<u64> {
+    static DEVICE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *DEVICE.get_or_init(|| {
+        let mut p = [0; 2];
+        // SAFETY: pipe2 fills the two-element array or fails.
+        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return None;
+        }
+        // SAFETY: two descriptors pipe2 just opened, owned here and closed on drop.
+        let (a, _b) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        fstat(a.as_raw_fd()).ok().map(|st| dev_ino(&st).0)
+    })
 }
 
 /// Do descriptors `a` and `b` of this process name the same open file? Err(errno) if the

@@ -34,7 +34,8 @@
 //! names its pipe (checked by the pipe's device and inode).
 
 use std::collections::VecDeque;
-use std::io;
+use std::fs::File;
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -100,8 +101,8 @@ struct Shared<S> {
     wake: Wake,
     /// herdless's own ends of the pipe: the write end (one byte: readable) and a copy of the
     /// read end (drained when the loop has taken what there was).
-    write: OwnedFd,
-    read: OwnedFd,
+    write: File,
+    read: File,
 }
 
 impl<S> Shared<S> {
@@ -118,20 +119,15 @@ impl<S> Shared<S> {
         if st.readable {
             return;
         }
-        let byte = 1u8;
-        // SAFETY: writes one byte from a live buffer to herdless's own non-blocking write end.
-        let n = unsafe { libc::write(self.write.as_raw_fd(), (&byte as *const u8).cast(), 1) };
-        // The pipe holds at most this one byte, so a write cannot find it full.
-        st.readable = n == 1;
+        // The pipe holds at most this one byte, so the non-blocking write cannot find it full.
+        st.readable = matches!((&self.write).write(&[1]), Ok(1));
     }
 
     /// The descriptor stops being readable (the pipe drained).
     fn clear_readable(&self, st: &mut State) {
         let mut buf = [0u8; 64];
-        // SAFETY: reads into a live buffer from herdless's own non-blocking copy of the read
-        // end; it returns -1 (EAGAIN) once the pipe is empty.
-        while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {
-        }
+        // Non-blocking: WouldBlock once the pipe is empty.
+        while matches!((&self.read).read(&mut buf), Ok(n) if n > 0) {}
         st.readable = false;
     }
 
@@ -201,7 +197,8 @@ impl<S: Sleeper> Nest<S> {
         capacity: usize,
     ) -> std::result::Result<Nest<S>, (S, Error)> {
         let made = pipe().and_then(|(read, write)| {
-            let given = dup_cloexec(&read)?;
+            // A close-on-exec copy (F_DUPFD_CLOEXEC).
+            let given = read.try_clone()?;
             let file = registry::file_id(given.as_raw_fd())
                 .ok_or_else(|| io::Error::other("the pipe's read end has no file"))?;
             Ok((read, write, given, file))
@@ -225,8 +222,8 @@ impl<S: Sleeper> Nest<S> {
             }),
             changed: Condvar::new(),
             wake,
-            write,
-            read,
+            write: File::from(write),
+            read: File::from(read),
         });
         let theirs = shared.clone();
         let spawned = with_signals_blocked(|| {
@@ -262,7 +259,11 @@ impl<S: Sleeper> Nest<S> {
         if registry::still_names(self.given.as_raw_fd(), self.file) {
             return Ok(());
         }
-        let fresh = dup_cloexec(&self.shared.read)
+        let fresh = self
+            .shared
+            .read
+            .try_clone()
+            .map(OwnedFd::from)
             .map_err(|e| Error::io("making the waiter's loop descriptor", e))?;
         // Not closed: the number is no longer herdless's (closed, or another file's now).
         let _ = std::mem::replace(&mut self.given, fresh).into_raw_fd();
@@ -459,7 +460,7 @@ fn run<S: Sleeper>(shared: &Shared<S>) {
 
 /// Sleeps until `read` is readable or `deadline` passes (false); `Interrupted` when a signal
 /// handler ran, as `poll(2)` says.
-fn wait_readable(read: &OwnedFd, deadline: Option<Instant>) -> io::Result<bool> {
+fn wait_readable(read: &File, deadline: Option<Instant>) -> io::Result<bool> {
     let ms = match deadline {
         None => -1,
         Some(d) => {
@@ -516,29 +517,18 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((read, write))
 }
 
-/// A close-on-exec copy of `fd`.
-fn dup_cloexec(fd: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC of a live descriptor of our own returns a new one or fails.
-    match unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) } {
-        -1 => Err(io::Error::last_os_error()),
-        // SAFETY: a fresh descriptor that nothing else owns.
-        new => Ok(unsafe { OwnedFd::from_raw_fd(new) }),
-    }
-}
-
 /// Runs `f` (which starts a thread) with every signal blocked, so that the new thread starts
 /// with them blocked (a thread inherits its creator's mask): the loop's threads, not this one,
 /// run the program's signal handlers, and a handler never cuts the thread's wait short.
 fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: sigset_t is plain data, filled by sigfillset.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above, filled by pthread_sigmask.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: live sets; pthread_sigmask changes only the calling thread's mask, and the old
-    // mask is put back below.
-    let blocked = unsafe {
+    // SAFETY: sigset_t is plain data, filled by sigfillset and pthread_sigmask before use; the
+    // call changes only the calling thread's mask, and the old mask is put back below.
+    let (blocked, old) = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0
+        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0;
+        (blocked, old)
     };
     let out = f();
     if blocked {

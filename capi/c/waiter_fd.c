@@ -5,12 +5,17 @@
  * forked child's copy refused (HERDLESS_EWRONGPROCESS) without harm to the parent's loop;
  * herdless_leave closes the descriptor (a copy reads the hang-up). Usage: waiter_fd
  * native|emulated. Exit 0 if every check holds. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "herdless.h"
@@ -20,6 +25,50 @@ static int failures = 0;
 static void check(const char *what, long got, long want) {
     printf("%s %-64s got %ld want %ld\n", got == want ? "ok  " : "FAIL", what, got, want);
     failures += got != want;
+}
+
+/* Is every other thread of this process asleep in epoll_wait (state S, /proc)? */
+static int others_asleep(void) {
+    char path[96], buf[256];
+    long self = syscall(SYS_gettid);
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    int all = 1;
+    if (!dir) return 0;
+    while (all && (e = readdir(dir)) != NULL) {
+        long tid = atol(e->d_name);
+        if (tid <= 0 || tid == self) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f) fclose(f);
+        buf[n] = 0;
+        char *state = strrchr(buf, ')');
+        snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+        f = fopen(path, "r");
+        long nr = -1;
+        if (f) {
+            if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+            fclose(f);
+        }
+        all = state && state[1] == ' ' && state[2] == 'S' &&
+              (nr == SYS_epoll_wait || nr == SYS_epoll_pwait);
+    }
+    closedir(dir);
+    return all;
+}
+
+/* Waits (at most 10 s) until every waiter's thread is back asleep in its wait: the members are
+ * idle, as the turns and "one loop per message" are promised for. */
+static int until_idle(void) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (!others_asleep()) {
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > 10) return 0;
+    }
+    return 1;
 }
 
 /* The host loop: an epoll of its own with the waiter's descriptor in it, level-triggered. */
@@ -83,7 +132,9 @@ int main(int argc, char **argv) {
 
     /* Each message fires one loop; the other stays quiet; both take turns. */
     int per[2] = {0, 0}, both = 0, none = 0;
+    int idle = 1;
     for (int m = 0; m < 20; m++) {
+        idle &= until_idle();
         if (write(p[1], "x", 1) != 1) return 2;
         struct pollfd loops[2] = {{.fd = ep[0], .events = POLLIN}, {.fd = ep[1], .events = POLLIN}};
         if (poll(loops, 2, 5000) < 1) {
@@ -96,6 +147,7 @@ int main(int argc, char **argv) {
         /* The message is read: a loop woken for it would be readable now. */
         both += fired(ep[1 - i], 0) == 1 && take_all(w[1 - i], p[0]) == 0;
     }
+    check("the waiters' threads were idle before each message", idle, 1);
     check("every message fired a loop", none, 0);
     check("every message read once", per[0] + per[1], 20);
     check("no message fired both loops", both, 0);

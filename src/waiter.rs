@@ -506,7 +506,10 @@ impl Waiter {
     /// loop (the loop's own epoll must not watch the shared descriptor, nor the waiter's
     /// epoll: nested there, an `EPOLLEXCLUSIVE` wake-up wakes every member; `docs/c.md`), and
     /// the member is in line only while its thread waits, that is from the moment every event
-    /// handed out was consumed (or a `wait` found nothing left) until its next event.
+    /// handed out was consumed (or a `wait` found nothing left) until its next event. An event
+    /// that comes before the thread is back in its wait goes to another member; natively this
+    /// member may then also wake for it once and find nothing (an empty wake-up: call
+    /// [`found_nothing`](Self::found_nothing)), as a member busy outside `wait` may.
     ///
     /// **The descriptor** is the read end of a pipe, close-on-exec, the waiter's own: watch it
     /// for reading, never read, write or close it (dropping the waiter closes it, after its

@@ -6,7 +6,8 @@
 //!   kernel wake-ups per message (voluntary context switches of their loop and waiter threads
 //!   together, from `wait4`) stay a small constant, the members take turns and every message is
 //!   read once; the naive nesting (an epoll with the pipe `EPOLLEXCLUSIVE`, nested in each
-//!   loop) wakes every loop for every message.
+//!   loop) wakes every loop for every message, in the kernel (the losers' `epoll_wait` sleeps
+//!   again inside: their loops' returns stay one per message).
 //! - A stream of 20 000 messages into four nested threads: none lost, none read twice.
 //! - A hang-up of the shared descriptor reaches the loop, exclusive or not.
 //! - The descriptor: close-on-exec; the same at a second `nest`; one whose number the loop
@@ -363,7 +364,8 @@ fn nested_loops_wake_one_member_per_message(backend: Backend) {
     );
 }
 
-/// The herd this avoids: the waiter's epoll nested in each loop wakes every loop.
+/// The herd this avoids: an epoll with the queue `EPOLLEXCLUSIVE`, nested in each loop, wakes
+/// every loop in the kernel.
 #[test]
 fn naive_nesting_wakes_every_loop() {
     let run = run(Setup::Naive);

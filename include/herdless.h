@@ -658,6 +658,28 @@ int herdless_found_nothing(struct herdless_waiter waiter, uint64_t data);
 int herdless_notify(struct herdless_waiter waiter);
 
 /**
+ * Puts the waiter in another event loop (libevent, libuv, a middleware's own epoll or poll
+ * loop) and returns its descriptor: readable while the waiter has an event to take. From the
+ * first call on, a thread of the waiter's own does its kernel wait (so that an exclusive event
+ * still wakes one member's loop: a waiter's epoll nested in the loop's would wake every
+ * member's; docs/c.md, "In another event loop"). Register the descriptor in the loop for
+ * reading (level- or edge-triggered), never read, write or close it; when it fires, call
+ * herdless_wait with timeout 0 until it returns 0, with the usual read and herdless_consumed
+ * after each event. herdless_add, herdless_modify and herdless_delete stop the thread's wait
+ * while they change the registrations: the descriptor is then readable once with nothing to
+ * take. herdless_notify makes it readable, and the next herdless_wait returns 0. A second call
+ * returns the same descriptor (a new one if the loop closed it by mistake; the closed number
+ * is never closed or written to by herdless). It is close-on-exec; herdless_leave ends the
+ * thread and closes it. In a forked child the waiter and its descriptor are the parent's:
+ * HERDLESS_EWRONGPROCESS (the child joins the group itself).
+ *
+ * Returns the descriptor (>= 0); HERDLESS_EBADHANDLE, HERDLESS_EWRONGPROCESS, HERDLESS_EBUSY,
+ * HERDLESS_EREMOVED, HERDLESS_EIO (no descriptor or thread left: the waiter is then as it
+ * was), or HERDLESS_EUNAVAILABLE where there are no descriptors to give (Windows).
+ */
+int herdless_waiter_fd(struct herdless_waiter waiter);
+
+/**
  * The counters of every member that ever joined the group: writes at most `capacity` of them
  * to `out_stats` (which may be NULL when `capacity` is 0) and returns how many members there
  * are, so a return larger than `capacity` says the array was too short. Readable from any

@@ -87,6 +87,8 @@ mod liveness;
 mod members;
 #[cfg(all(unix, not(loom)))]
 mod named;
+#[cfg(all(unix, not(loom)))]
+mod nest;
 mod pid;
 #[path = "../platform/mod.rs"]
 mod platform;

@@ -7,6 +7,9 @@
 //! [`Waiter::consumed`] as soon as the read or accept is done; the next `wait` does it for you
 //! otherwise (and counts it, `MemberStats::unconsumed`). That is the moment the waiter goes to
 //! the back of the line and the group watches the descriptor again.
+//!
+//! A waiter in another event loop ([`Waiter::nest`]) lends its backend half to a thread of its
+//! own (`crate::nest`), which does the kernel wait; the calls below then go through that nest.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -18,6 +21,8 @@ use crate::error::{Error, Result};
 use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
+#[cfg(all(unix, not(loom)))]
+use crate::nest::{self, Nest};
 use crate::platform::{NativeNotifier, NativeWaiter};
 use crate::source::{check_nonblocking, raw_of, AsSource};
 use crate::stats::MemberStats;
@@ -32,6 +37,30 @@ enum Engine {
     Native(NativeWaiter),
     /// Boxed: the emulated half carries its registrations, queues and buffers.
     Emulated(Box<EmulatedWaiter>),
+}
+
+/// The backend half with what its calls need: what a nested waiter's thread waits with.
+struct Core {
+    group: Arc<GroupInner>,
+    /// This member's occupancy of its slot, which its state changes are made against.
+    membership: Membership,
+    engine: Engine,
+}
+
+/// Where a waiter's backend half is, and who waits with it.
+enum Seat {
+    /// With the waiter: the caller's thread waits in it.
+    Here(Core),
+    /// Lent to a thread of its own, which waits for another event loop (`crate::nest`); the
+    /// half's notifier kept beside it, to be had without the half.
+    #[cfg(all(unix, not(loom)))]
+    Nested {
+        nest: Nest<Core>,
+        notifier: NotifierInner,
+    },
+    /// Only inside [`Waiter::nest`], between the two (never, where `nest` is unsupported).
+    #[cfg_attr(not(all(unix, not(loom))), allow(dead_code))]
+    Moving,
 }
 
 /// One member of a [`Group`](crate::Group): registers descriptors and waits for their events.
@@ -70,7 +99,7 @@ pub struct Waiter {
     membership: Membership,
     /// Dropped by hand: a copy inherited across `fork` must not run the destructors, which
     /// would change kernel objects the parent still uses (a shared epoll instance).
-    engine: ManuallyDrop<Engine>,
+    seat: ManuallyDrop<Seat>,
 }
 
 impl std::fmt::Debug for Waiter {
@@ -123,12 +152,17 @@ impl Waiter {
             }
         };
         group.members().publish(claim)?;
+        let core = Core {
+            group: group.clone(),
+            membership,
+            engine,
+        };
         Ok(Waiter {
             group,
             member,
             pid,
             membership,
-            engine: ManuallyDrop::new(engine),
+            seat: ManuallyDrop::new(Seat::Here(core)),
         })
     }
 
@@ -188,11 +222,7 @@ impl Waiter {
         interest.validate()?;
         let raw = raw_of(source);
         check_nonblocking(raw, interest)?;
-        let done = match &mut *self.engine {
-            Engine::Native(n) => n.add(raw, key, interest),
-            Engine::Emulated(e) => e.add(&self.group.protocol(), raw, key, interest),
-        };
-        self.told(done)
+        self.on_core(|core| core.add(raw, key, interest))
     }
 
     /// Changes the key or interest of a registered `source` (borrowed, as by
@@ -228,11 +258,7 @@ impl Waiter {
         interest.validate()?;
         let raw = raw_of(source);
         check_nonblocking(raw, interest)?;
-        let done = match &mut *self.engine {
-            Engine::Native(n) => n.modify(raw, key, interest),
-            Engine::Emulated(e) => e.modify(&self.group.protocol(), raw, key, interest),
-        };
-        self.told(done)
+        self.on_core(|core| core.modify(raw, key, interest))
     }
 
     /// Stops watching `source` (borrowed). A registered number closed (or reused) since it was
@@ -247,11 +273,7 @@ impl Waiter {
     pub fn delete<S: AsSource + ?Sized>(&mut self, source: &S) -> Result<()> {
         self.check_process()?;
         let raw = raw_of(source);
-        let done = match &mut *self.engine {
-            Engine::Native(n) => n.delete(raw),
-            Engine::Emulated(e) => e.delete(&self.group.protocol(), raw),
-        };
-        self.told(done)
+        self.on_core(|core| core.delete(raw))
     }
 
     /// Waits for events, at most `events.capacity()` of them (one if any registration asked for
@@ -290,26 +312,15 @@ impl Waiter {
             return Err(Error::ZeroCapacity);
         }
         events.clear();
-        let slot = self.group.shared.member(self.member);
-        let n = match &mut *self.engine {
-            Engine::Native(n) => {
-                // IDLE while inside `wait`: whom a member handing readiness on may ring.
-                let members = self.group.members();
-                if !members.go_idle(&self.membership) {
-                    return self.told(Err(crate::members::lost_slot(&self.group.shared)));
-                }
-                let group = &self.group;
-                let n = n.wait(slot, events, timeout, &|pid| group.reap_dead(pid));
-                if !members.go_busy(&self.membership) {
-                    return self.told(Err(crate::members::lost_slot(&self.group.shared)));
-                }
-                n
+        match &mut *self.seat {
+            Seat::Here(core) => core.wait(events, timeout),
+            #[cfg(all(unix, not(loom)))]
+            Seat::Nested { nest, .. } => {
+                let n = nest.wait(events, timeout);
+                self.told(n)
             }
-            Engine::Emulated(e) => e.wait(&self.group.protocol(), events, timeout),
-        };
-        let n = self.told(n)?;
-        slot.events.add(n as u64);
-        Ok(n)
+            Seat::Moving => unreachable!("{MOVING}"),
+        }
     }
 
     /// Says that the readiness of the event with `key` has been consumed (the message read, the
@@ -367,9 +378,11 @@ impl Waiter {
     /// [`Error::ForkedWaiter`], or [`Error::Io`] if re-registering fails.
     pub fn consumed(&mut self, key: usize) -> Result<()> {
         self.check_process()?;
-        let done = match &mut *self.engine {
-            Engine::Native(n) => n.consumed(key),
-            Engine::Emulated(e) => e.consumed(&self.group.protocol(), key),
+        let done = match &mut *self.seat {
+            Seat::Here(core) => core.consumed(key),
+            #[cfg(all(unix, not(loom)))]
+            Seat::Nested { nest, .. } => nest.consumed(key, |core| core.consumed(key)),
+            Seat::Moving => unreachable!("{MOVING}"),
         };
         self.told(done)
     }
@@ -464,40 +477,165 @@ impl Waiter {
     /// })?;
     /// # Ok::<(), herdless::Error>(())
     /// ```
-    // Where there is no native backend its arm cannot run; the compiler says so.
-    #[cfg_attr(
-        any(not(any(target_os = "linux", target_os = "android")), loom),
-        allow(unreachable_code)
-    )]
     pub fn notifier(&self) -> Notifier {
-        let membership = self.membership;
+        let inner = match &*self.seat {
+            Seat::Here(core) => core.notifier(),
+            #[cfg(all(unix, not(loom)))]
+            Seat::Nested { notifier, .. } => notifier.clone(),
+            Seat::Moving => unreachable!("{MOVING}"),
+        };
+        self.notifier_with(inner)
+    }
+
+    fn notifier_with(&self, inner: NotifierInner) -> Notifier {
         Notifier {
             group: self.group.clone(),
-            member: membership.member,
-            generation: membership.generation(),
-            inner: match &*self.engine {
-                Engine::Native(n) => NotifierInner::Native(n.notifier()),
-                Engine::Emulated(_) => NotifierInner::Emulated(EmulatedNotifier::new(
-                    membership.member,
-                    membership.generation(),
-                )),
-            },
+            member: self.membership.member,
+            generation: self.membership.generation(),
+            inner,
         }
     }
 
-    /// A call's outcome as the caller is told it: an error met while the group's shared memory
-    /// was being damaged under the call is that damage (`CorruptGroup`), whatever the step
-    /// that failed on it.
-    fn told<T>(&self, outcome: Result<T>) -> Result<T> {
-        match outcome {
-            Err(e) => Err(self
-                .group
-                .shared
-                .check(self.group.name.as_deref())
-                .err()
-                .unwrap_or(e)),
-            ok => ok,
+    /// Puts this waiter in another event loop (libevent, libuv, a middleware's own epoll or
+    /// `poll` loop, Tokio): from now on a thread of its own does its kernel wait, and its
+    /// descriptor ([`AsFd`](std::os::fd::AsFd)) is readable while the waiter has an event to
+    /// take. Register the descriptor in the loop for reading (level- or edge-triggered); when
+    /// it fires, call [`wait`](Self::wait) with a zero timeout until it returns 0, with the
+    /// usual read and [`consumed`](Self::consumed) after each event. The group's promises
+    /// hold as for a waiter that calls `wait` itself: an exclusive event wakes one member's
+    /// loop (the loop's own epoll must not watch the shared descriptor, nor the waiter's
+    /// epoll: nested there, an `EPOLLEXCLUSIVE` wake-up wakes every member; `docs/c.md`), and
+    /// the member is in line only while its thread waits, that is from the moment every event
+    /// handed out was consumed (or a `wait` found nothing left) until its next event. An event
+    /// that comes before the thread is back in its wait goes to another member; natively this
+    /// member may then also wake for it once and find nothing (an empty wake-up: call
+    /// [`found_nothing`](Self::found_nothing)), as a member busy outside `wait` may.
+    ///
+    /// **The descriptor** is the read end of a pipe, close-on-exec, the waiter's own: watch it
+    /// for reading, never read, write or close it (dropping the waiter closes it, after its
+    /// thread ended). A loop that closed it all the same closed only its copy: the waiter goes
+    /// on, `nest` again gives a new descriptor, and the number closed is never closed or
+    /// written to again by herdless, whatever file it names by then. In a forked child the
+    /// waiter is the parent's ([`Error::ForkedWaiter`] from every call, as for any waiter),
+    /// and so is its descriptor: the child joins the group itself.
+    ///
+    /// **What changes.** `wait` takes what the thread's wait returned: with a zero timeout it
+    /// never sleeps, with another timeout it sleeps until the descriptor is readable (a signal
+    /// handler ends it early, as `poll(2)`). [`add`](Self::add), [`modify`](Self::modify) and
+    /// [`delete`](Self::delete) stop the thread's wait while they change the registrations,
+    /// after which the descriptor is readable once with nothing to take (a notification sent
+    /// meanwhile is never lost). A [`Notifier`] makes the descriptor readable, and the next
+    /// `wait` returns 0. Calling `nest` again changes nothing (but for a descriptor that was
+    /// closed). Cost: one thread, three descriptors, and, per event, the thread's two sleeps
+    /// beside the loop's wake-up (`docs/lab.md`, nested loops).
+    ///
+    /// ```
+    /// # #[cfg(target_os = "linux")] {
+    /// use herdless::{Events, Group, Interest};
+    /// use std::io::{Read, Write};
+    /// use std::os::fd::AsRawFd;
+    /// use std::os::unix::net::UnixStream;
+    /// use std::time::Duration;
+    ///
+    /// let group = Group::new()?;
+    /// let mut waiter = group.join()?;
+    /// let (mut tx, mut rx) = UnixStream::pair()?;
+    /// rx.set_nonblocking(true)?;
+    /// waiter.add(&rx, 7, Interest::SHARED)?;
+    /// waiter.nest()?;
+    /// // The loop: here poll(2) on the waiter's descriptor, as any event loop would watch it.
+    /// tx.write_all(b"job")?;
+    /// let mut pfd = libc::pollfd { fd: waiter.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    /// // SAFETY: one live pollfd.
+    /// assert_eq!(unsafe { libc::poll(&mut pfd, 1, 5000) }, 1); // it fired
+    /// let mut events = Events::with_capacity(1);
+    /// while waiter.wait(&mut events, Some(Duration::ZERO))? > 0 {
+    ///     for event in events.iter() {
+    ///         let mut buf = [0; 8];
+    ///         assert_eq!(rx.read(&mut buf)?, 3);
+    ///         waiter.consumed(event.key)?; // the thread waits again
+    ///     }
+    /// }
+    /// // SAFETY: as above.
+    /// assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0); // nothing more to take
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the descriptor cannot be made (no descriptor left) or the thread
+    /// cannot be started (the waiter is then as it was), [`Error::ForkedWaiter`],
+    /// [`Error::GroupRemoved`], and outside Unix [`Error::Unsupported`] (no descriptor to
+    /// give: on Windows, run the waiter in a thread of its own and hand its events over, as
+    /// `herdless::tokio::Acceptor` does).
+    #[cfg(all(unix, not(loom)))]
+    pub fn nest(&mut self) -> Result<()> {
+        self.check_process()?;
+        if let Seat::Nested { nest, .. } = &mut *self.seat {
+            return nest.refresh();
         }
+        let Seat::Here(core) = std::mem::replace(&mut *self.seat, Seat::Moving) else {
+            unreachable!("{MOVING}");
+        };
+        let notifier = core.notifier();
+        let waker = self.notifier_with(notifier.clone());
+        let wake: nest::Wake = Box::new(move || waker.notify());
+        match Nest::start(core, wake, Events::DEFAULT_CAPACITY) {
+            Ok(nest) => {
+                *self.seat = Seat::Nested { nest, notifier };
+                Ok(())
+            }
+            Err((core, e)) => {
+                *self.seat = Seat::Here(core);
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts this waiter in another event loop: not on this system (see the Unix version).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`], always.
+    #[cfg(not(all(unix, not(loom))))]
+    pub fn nest(&mut self) -> Result<()> {
+        self.check_process()?;
+        Err(Error::Unsupported {
+            what: "a waiter's descriptor for another event loop (Waiter::nest)",
+            reason: "a waiter gives a descriptor on Unix only; here run the waiter in a thread \
+                     of its own and hand its events to the loop (as herdless::tokio::Acceptor \
+                     does)",
+        })
+    }
+
+    /// Is this waiter in another event loop ([`nest`](Self::nest))?
+    ///
+    /// ```
+    /// let group = herdless::Group::new()?;
+    /// let waiter = group.join()?;
+    /// assert!(!waiter.is_nested());
+    /// # Ok::<(), herdless::Error>(())
+    /// ```
+    pub fn is_nested(&self) -> bool {
+        !matches!(*self.seat, Seat::Here(_))
+    }
+
+    /// Runs `f` on the backend half, wherever it is (a nested waiter's thread is stopped for
+    /// it), and tells its outcome.
+    fn on_core<R>(&mut self, f: impl FnOnce(&mut Core) -> Result<R>) -> Result<R> {
+        let done = match &mut *self.seat {
+            Seat::Here(core) => f(core),
+            #[cfg(all(unix, not(loom)))]
+            Seat::Nested { nest, .. } => nest.lend(f),
+            Seat::Moving => unreachable!("{MOVING}"),
+        };
+        self.told(done)
+    }
+
+    /// A call's outcome as the caller is told it (see [`told`]).
+    fn told<T>(&self, outcome: Result<T>) -> Result<T> {
+        told(&self.group, outcome)
     }
 
     /// What every call checks first: the waiter is used in the process that joined, and the
@@ -519,22 +657,161 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         if std::process::id() != self.pid {
             // A copy inherited across fork: the member is the parent's; leave it alone, and
-            // leak the engine rather than let it touch the parent's kernel objects.
+            // leak the engine rather than let it touch the parent's kernel objects (a nested
+            // waiter's thread is the parent's: there is none here).
             return;
         }
+        // SAFETY: taken once, here, and never used again.
+        let seat = unsafe { ManuallyDrop::take(&mut self.seat) };
+        // A nested waiter's thread ends first: the member is out of its wait when it leaves.
+        let mut core = match seat {
+            Seat::Here(core) => core,
+            #[cfg(all(unix, not(loom)))]
+            Seat::Nested { nest, .. } => nest.stop(),
+            Seat::Moving => return,
+        };
         // LEAVING: no reaper touches the slot while this member hands on what it holds.
         let members = self.group.members();
         let ours = members.begin_leave(&self.membership);
-        if let Engine::Emulated(e) = &mut *self.engine {
+        if let Engine::Emulated(e) = &mut core.engine {
             e.leave(&self.group.protocol());
         }
-        // SAFETY: dropped once, here, and never used again.
-        unsafe { ManuallyDrop::drop(&mut self.engine) };
+        drop(core);
         // LEFT, and only then is the liveness lock dropped: from here on another member may
         // join into this slot.
         if ours {
             members.finish_leave(&self.membership);
         }
+    }
+}
+
+/// What a seat's match says when it finds the seat between its two homes.
+const MOVING: &str = "a waiter's backend half is moving only inside Waiter::nest";
+
+/// A call's outcome as the caller is told it: an error met while the group's shared memory was
+/// being damaged under the call is that damage (`CorruptGroup`), whatever the step that failed
+/// on it.
+fn told<T>(group: &GroupInner, outcome: Result<T>) -> Result<T> {
+    match outcome {
+        Err(e) => Err(group.shared.check(group.name.as_deref()).err().unwrap_or(e)),
+        ok => ok,
+    }
+}
+
+impl Core {
+    fn add(&mut self, raw: crate::error::RawSource, key: usize, interest: Interest) -> Result<()> {
+        match &mut self.engine {
+            Engine::Native(n) => n.add(raw, key, interest),
+            Engine::Emulated(e) => e.add(&self.group.protocol(), raw, key, interest),
+        }
+    }
+
+    fn modify(
+        &mut self,
+        raw: crate::error::RawSource,
+        key: usize,
+        interest: Interest,
+    ) -> Result<()> {
+        match &mut self.engine {
+            Engine::Native(n) => n.modify(raw, key, interest),
+            Engine::Emulated(e) => e.modify(&self.group.protocol(), raw, key, interest),
+        }
+    }
+
+    fn delete(&mut self, raw: crate::error::RawSource) -> Result<()> {
+        match &mut self.engine {
+            Engine::Native(n) => n.delete(raw),
+            Engine::Emulated(e) => e.delete(&self.group.protocol(), raw),
+        }
+    }
+
+    fn consumed(&mut self, key: usize) -> Result<()> {
+        match &mut self.engine {
+            Engine::Native(n) => n.consumed(key),
+            Engine::Emulated(e) => e.consumed(&self.group.protocol(), key),
+        }
+    }
+
+    /// The backend's wait, into a cleared `events`; the events handed out are counted in the
+    /// member's slot.
+    fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<usize> {
+        let group = &self.group;
+        let slot = group.shared.member(self.membership.member);
+        let n = match &mut self.engine {
+            Engine::Native(n) => {
+                // IDLE while inside `wait`: whom a member handing readiness on may ring.
+                let members = group.members();
+                if !members.go_idle(&self.membership) {
+                    return told(group, Err(crate::members::lost_slot(&group.shared)));
+                }
+                let n = n.wait(slot, events, timeout, &|pid| group.reap_dead(pid));
+                if !members.go_busy(&self.membership) {
+                    return told(group, Err(crate::members::lost_slot(&group.shared)));
+                }
+                n
+            }
+            Engine::Emulated(e) => e.wait(&group.protocol(), events, timeout),
+        };
+        let n = told(group, n)?;
+        slot.events.add(n as u64);
+        Ok(n)
+    }
+
+    // Where there is no native backend its arm cannot run; the compiler says so.
+    #[cfg_attr(
+        any(not(any(target_os = "linux", target_os = "android")), loom),
+        allow(unreachable_code)
+    )]
+    fn notifier(&self) -> NotifierInner {
+        let membership = self.membership;
+        match &self.engine {
+            Engine::Native(n) => NotifierInner::Native(n.notifier()),
+            Engine::Emulated(_) => NotifierInner::Emulated(EmulatedNotifier::new(
+                membership.member,
+                membership.generation(),
+            )),
+        }
+    }
+}
+
+/// What a nested waiter's thread does: the backend's wait, with no timeout.
+#[cfg(all(unix, not(loom)))]
+impl nest::Sleeper for Core {
+    fn sleep(&mut self, events: &mut Events) -> Result<usize> {
+        events.clear();
+        self.wait(events, None)
+    }
+}
+
+/// The descriptor of a nested waiter ([`Waiter::nest`]): readable while it has an event to
+/// take. Example: see [`Waiter::nest`].
+///
+/// # Panics
+///
+/// If the waiter is not nested: call [`Waiter::nest`] first (which can fail, and says why).
+#[cfg(all(unix, not(loom)))]
+impl std::os::fd::AsFd for Waiter {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match &*self.seat {
+            Seat::Nested { nest, .. } => nest.fd(),
+            _ => panic!(
+                "Waiter::as_fd on a waiter that is not nested: call Waiter::nest() first (it \
+                 makes the descriptor and starts the thread that does the waiter's kernel wait)"
+            ),
+        }
+    }
+}
+
+/// As [`AsFd`](std::os::fd::AsFd) (what `tokio::io::unix::AsyncFd` takes).
+///
+/// # Panics
+///
+/// As `AsFd`: if the waiter is not nested.
+#[cfg(all(unix, not(loom)))]
+impl std::os::fd::AsRawFd for Waiter {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
     }
 }
 

@@ -492,6 +492,23 @@ fn leave_while_another_thread_waits_always_ends_emulated() {
     leave_race("emulated");
 }
 
+fn waiter_fd(backend: &str) {
+    checks_pass("waiter_fd", backend);
+}
+
+/// herdless_waiter_fd: two waiters each in an epoll loop of its own on one shared pipe; each
+/// message fires one loop and is read once, and both take turns; a notification; a forked
+/// child's copy refused; herdless_leave closes the descriptor.
+#[test]
+fn a_waiter_in_another_event_loop_from_c_native() {
+    waiter_fd("native");
+}
+
+#[test]
+fn a_waiter_in_another_event_loop_from_c_emulated() {
+    waiter_fd("emulated");
+}
+
 /// Runs a built program with `HERDLESS_BACKEND=backend` (the backend of herdless_poll_shared's
 /// lines); panics with its output unless it exits 0.
 fn run_on_line(exe: &Path, args: &[&str], backend: &str) -> String {

@@ -86,8 +86,6 @@ mod members;
 #[cfg(all(unix, not(loom)))]
 mod named;
 mod pid;
-#[path = "../platform/mod.rs"]
-mod platform;
 mod registry;
 mod ring;
 mod shared;

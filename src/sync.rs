@@ -15,7 +15,7 @@
 //! `#[cfg(loom)]`: door bells as flags (`crate::doorbell`), the liveness record locks as a model
 //! of the kernel's (`crate::liveness`), the shared memory as ordinary values of its atomics
 //! (`crate::shared`, and the source table's storage in `emulated/protocol/table.rs`). What has
-//! no part in the models is left out of that build: the native backend (`platform/mod.rs`),
+//! no part in the models is left out of that build: the native backend (`sys/mod.rs`),
 //! named groups (`crate::named`), a member's own kernel objects (its bell's sockets in its
 //! poller, `emulated/mod.rs` and `registrations.rs`), the Windows checks, and the fault tests'
 //! hook (`members::testing`).

@@ -2,7 +2,7 @@
 //!
 //! Every public call checks what is the same for every backend (the interest, an empty
 //! `Events` buffer, a blocking shared descriptor, a waiter carried across `fork`) and then hands
-//! over to the backend the group was built with: `platform` for the native one, `emulated` for
+//! over to the backend the group was built with: `sys::native` for the native one, `emulated` for
 //! token passing. After `wait` has handed out an event of an exclusive descriptor, call
 //! [`Waiter::consumed`] as soon as the read or accept is done; the next `wait` does it for you
 //! otherwise (and counts it, `MemberStats::unconsumed`). That is the moment the waiter goes to
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
-use crate::platform::{NativeNotifier, NativeWaiter};
+use crate::sys::native::{NativeNotifier, NativeWaiter};
 use crate::source::{check_nonblocking, raw_of, AsSource};
 use crate::stats::MemberStats;
 

@@ -18,14 +18,14 @@ use super::AsRawSource;
 use crate::sys::epoll::{self, Epoll, Flags};
 
 /// What an entry reports as readable, and asks for when readable is wanted.
-const READ: Flags = Flags::EPOLLIN
-    .union(Flags::EPOLLPRI)
-    .union(Flags::EPOLLHUP)
-    .union(Flags::EPOLLERR);
+const READ: Flags = Flags::IN
+    .union(Flags::PRI)
+    .union(Flags::HUP)
+    .union(Flags::ERR);
 /// What an entry reports as writable, and asks for when writable is wanted.
-const WRITE: Flags = Flags::EPOLLOUT
-    .union(Flags::EPOLLHUP)
-    .union(Flags::EPOLLERR);
+const WRITE: Flags = Flags::OUT
+    .union(Flags::HUP)
+    .union(Flags::ERR);
 
 /// A descriptor's readiness, or the interest registered for it, under its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl Event {
             flags |= WRITE;
         }
         if self.priority {
-            flags |= Flags::EPOLLPRI;
+            flags |= Flags::PRI;
         }
         flags
     }
@@ -168,9 +168,9 @@ impl Events {
             key: data as usize,
             readable: flags.intersects(READ),
             writable: flags.intersects(WRITE),
-            priority: flags.contains(Flags::EPOLLPRI),
-            hangup: flags.contains(Flags::EPOLLHUP),
-            error: flags.contains(Flags::EPOLLERR),
+            priority: flags.contains(Flags::PRI),
+            hangup: flags.contains(Flags::HUP),
+            error: flags.contains(Flags::ERR),
         })
     }
 }

@@ -53,7 +53,7 @@ macro_rules! syscall {
 }
 
 mod deaths;
-mod epoll;
+mod kernel;
 mod hand_on;
 mod hints;
 mod registration;
@@ -73,11 +73,11 @@ pub(crate) fn clear_out(shared: &SharedState, m: u32) {
 }
 use hand_on::BELL_DATA;
 
-use epoll::{
+use kernel::{
     ctl, drain_eventfd, entry_is_live, mod_probe_works, monotonic_ns, new_epoll, timeout_ms,
     WAKE_DATA,
 };
-pub(crate) use epoll::{probe, NativeNotifier};
+pub(crate) use kernel::{probe, NativeNotifier};
 
 /// One registration of this waiter.
 #[derive(Clone, Copy)]

@@ -9,7 +9,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::epoll::{
+use super::kernel::{
     ctl, entry_is_live, epoll_flags, mod_probe_works, new_epoll, refusal, WAKE_DATA,
 };
 use super::{token, NativeWaiter, Registration};

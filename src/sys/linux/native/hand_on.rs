@@ -28,7 +28,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use super::epoll::{ctl, monotonic_ns};
+use super::kernel::{ctl, monotonic_ns};
 use super::NativeWaiter;
 use crate::doorbell::Doorbells;
 use crate::interest::Events;

@@ -25,10 +25,13 @@
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustix::event::epoll;
+use rustix::time::Timespec;
 
 use crate::contract::Rotation;
 use crate::doorbell::{Bell, Doorbells};
@@ -41,15 +44,6 @@ use crate::turn;
 /// The kernel entry's data for registration `gen` of `fd` (see `crate::registry`).
 fn token(fd: RawFd, gen: u64) -> u64 {
     registry::token(fd, gen)
-}
-
-/// Turns a `-1` return into the thread's `errno`.
-macro_rules! syscall {
-    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        // SAFETY: each call site passes valid descriptors and pointers to live buffers.
-        let res = unsafe { libc::$fn($($arg),*) };
-        if res == -1 { Err(std::io::Error::last_os_error()) } else { Ok(res) }
-    }};
 }
 
 mod deaths;
@@ -74,9 +68,10 @@ pub(crate) fn clear_out(shared: &SharedState, m: u32) {
 use hand_on::BELL_DATA;
 
 use kernel::{
-    ctl, drain_eventfd, entry_is_live, mod_probe_works, monotonic_ns, new_epoll, timeout_ms,
+    ctl, drain_eventfd, entry_is_live, mod_probe_works, new_epoll, new_eventfd, timeout_ms,
     WAKE_DATA,
 };
+use crate::sys::unix::monotonic_ns;
 pub(crate) use kernel::{probe, NativeNotifier};
 
 /// One registration of this waiter.
@@ -129,7 +124,7 @@ pub(crate) struct NativeWaiter {
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
-    buffer: Vec<libc::epoll_event>,
+    buffer: Vec<epoll::Event>,
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
     total_handed: u64,
@@ -165,10 +160,8 @@ impl NativeWaiter {
         // block on one another's first asking (a futex wait: a kernel wake-up of their own).
         mod_probe_works();
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
-        let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
-            .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
-        // SAFETY: eventfd returned a fresh descriptor that nothing else owns.
-        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(wake) });
+        let wake =
+            Arc::new(new_eventfd().map_err(|e| Error::io("creating the waiter's eventfd", e))?);
         ctl(
             &epoll,
             libc::EPOLL_CTL_ADD,
@@ -187,7 +180,13 @@ impl NativeWaiter {
             exclusive: Vec::new(),
             next_gen: 1,
             rotate_pending: Vec::new(),
-            buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+            buffer: vec![
+                epoll::Event {
+                    flags: epoll::EventFlags::empty(),
+                    data: epoll::EventData::new_u64(0),
+                };
+                256
+            ],
             total_handed: 0,
             bells,
             bell: Some(bell),
@@ -393,12 +392,13 @@ impl NativeWaiter {
             if !looking {
                 NativeHints::of(&self.shared).set_waiting(self.me, true);
             }
-            let res = syscall!(epoll_wait(
-                self.epoll.as_raw_fd(),
-                self.buffer.as_mut_ptr(),
-                max as libc::c_int,
-                ms,
-            ));
+            // A whole number of milliseconds (`timeout_ms` rounded up): one `epoll_pwait`.
+            let timeout = (ms >= 0).then(|| Timespec {
+                tv_sec: i64::from(ms / 1000),
+                tv_nsec: i64::from(ms % 1000) * 1_000_000,
+            });
+            let res = epoll::wait(&self.epoll, &mut self.buffer[..max], timeout.as_ref())
+                .map_err(io::Error::from);
             if !looking {
                 NativeHints::of(&self.shared).set_waiting(self.me, false);
             }
@@ -428,7 +428,8 @@ impl NativeWaiter {
             let mut died = false;
             for i in 0..n {
                 let ev = self.buffer[i];
-                let (data, flags) = (ev.u64, ev.events);
+                let (data, flags) = (ev.data, ev.flags);
+                let (data, flags) = (data.u64(), flags.bits());
                 if data == WAKE_DATA {
                     drain_eventfd(&self.wake);
                     notified = true;

@@ -28,13 +28,14 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use super::kernel::{ctl, monotonic_ns};
+use super::kernel::ctl;
 use super::NativeWaiter;
 use crate::doorbell::Doorbells;
 use crate::interest::Events;
 use crate::members::state;
 use crate::registry;
 use crate::shared::SharedState;
+use crate::sys::unix::{monotonic_ns, poll_now};
 
 /// A member that came back to `wait` this soon after its last `consumed` hands nothing on at
 /// its next `consumed`: it will take a backlog itself before a rung member could wake (a
@@ -179,9 +180,7 @@ impl NativeWaiter {
         if fds.is_empty() {
             return false;
         }
-        // SAFETY: a live array of `fds.len()` pollfds, zero timeout.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-        if n <= 0 {
+        if poll_now(&mut fds).unwrap_or(0) == 0 {
             return false;
         }
         let mut any = false;

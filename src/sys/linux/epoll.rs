@@ -50,17 +50,32 @@ impl Epoll {
     /// place of what they held; returns how many. `Interrupted` if a signal handler ran. A
     /// timeout is rounded up to the millisecond, so a wait never ends before it.
     pub(crate) fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
-        events.len = 0;
-        let timeout = timeout.map(|t| {
-            let ms = t.as_nanos().div_ceil(1_000_000).min(libc::c_int::MAX as u128) as i64;
-            rustix::time::Timespec {
-                tv_sec: ms / 1000,
-                tv_nsec: (ms % 1000) * 1_000_000,
-            }
-        });
-        events.len = epoll::wait(&self.epoll, &mut events.list[..], timeout.as_ref())?;
-        Ok(events.len)
+        let max = events.list.len();
+        wait(self.epoll.as_fd(), events, max, timeout)
     }
+}
+
+/// Waits on `epoll` (any epoll descriptor: the native backend keeps its own) up to `timeout`
+/// (`None`: until an event; rounded up to the millisecond, so a wait never ends before it) for
+/// at most `max` events (at least one, at most the buffer's capacity), put in `events` in place
+/// of what they held; returns how many. `Interrupted` if a signal handler ran.
+pub(crate) fn wait(
+    epoll: BorrowedFd<'_>,
+    events: &mut Events,
+    max: usize,
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
+    events.len = 0;
+    let timeout = timeout.map(|t| {
+        let ms = t.as_nanos().div_ceil(1_000_000).min(libc::c_int::MAX as u128) as i64;
+        rustix::time::Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
+        }
+    });
+    let max = max.clamp(1, events.list.len());
+    events.len = epoll::wait(epoll, &mut events.list[..max], timeout.as_ref())?;
+    Ok(events.len)
 }
 
 impl AsFd for Epoll {
@@ -78,6 +93,11 @@ pub(crate) struct Events {
     /// How many of them the last wait filled.
     len: usize,
 }
+
+// SAFETY: an `Event`'s datum is a union of a `u64` and a pointer, which makes rustix's type
+// neither `Send` nor `Sync`; herdless only ever stores and reads `u64`s there (keys and
+// tokens, never a pointer), so the buffer is plain integers, safe to move to another thread.
+unsafe impl Send for Events {}
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,6 +127,14 @@ impl Events {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The datum and flags of event `i` of the last wait (`i` below its count).
+    pub(crate) fn get(&self, i: usize) -> (u64, Flags) {
+        let ev = &self.list[..self.len][i];
+        // (Copied out: the struct is packed on some targets.)
+        let (flags, data) = (ev.flags, ev.data);
+        (data.u64(), flags)
     }
 
     /// Each event's datum and the flags it was reported with.

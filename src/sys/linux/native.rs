@@ -25,13 +25,10 @@
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use rustix::event::epoll;
-use rustix::time::Timespec;
 
 use crate::contract::Rotation;
 use crate::doorbell::{Bell, Doorbells};
@@ -73,6 +70,9 @@ use kernel::{
 };
 use crate::sys::unix::monotonic_ns;
 pub(crate) use kernel::{probe, NativeNotifier};
+
+/// The most events one kernel wait returns.
+const EVENTS_PER_WAIT: std::num::NonZeroUsize = std::num::NonZeroUsize::new(256).unwrap();
 
 /// One registration of this waiter.
 #[derive(Clone, Copy)]
@@ -124,7 +124,7 @@ pub(crate) struct NativeWaiter {
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
-    buffer: Vec<epoll::Event>,
+    buffer: crate::sys::epoll::Events,
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
     total_handed: u64,
@@ -180,13 +180,7 @@ impl NativeWaiter {
             exclusive: Vec::new(),
             next_gen: 1,
             rotate_pending: Vec::new(),
-            buffer: vec![
-                epoll::Event {
-                    flags: epoll::EventFlags::empty(),
-                    data: epoll::EventData::new_u64(0),
-                };
-                256
-            ],
+            buffer: crate::sys::epoll::Events::with_capacity(EVENTS_PER_WAIT),
             total_handed: 0,
             bells,
             bell: Some(bell),
@@ -375,7 +369,7 @@ impl NativeWaiter {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let max = self
             .registrations
-            .events_per_wait(events.room().min(self.buffer.len()));
+            .events_per_wait(events.room().min(self.buffer.capacity().get()));
         // A bell marked rung by a ringer that died before its write would silence it for good:
         // cleared before each wait (a ring on its way still arrives, and a second ring only
         // wakes this member for the same look).
@@ -393,12 +387,8 @@ impl NativeWaiter {
                 NativeHints::of(&self.shared).set_waiting(self.me, true);
             }
             // A whole number of milliseconds (`timeout_ms` rounded up): one `epoll_pwait`.
-            let timeout = (ms >= 0).then(|| Timespec {
-                tv_sec: i64::from(ms / 1000),
-                tv_nsec: i64::from(ms % 1000) * 1_000_000,
-            });
-            let res = epoll::wait(&self.epoll, &mut self.buffer[..max], timeout.as_ref())
-                .map_err(io::Error::from);
+            let timeout = u64::try_from(ms).ok().map(Duration::from_millis);
+            let res = crate::sys::epoll::wait(self.epoll.as_fd(), &mut self.buffer, max, timeout);
             if !looking {
                 NativeHints::of(&self.shared).set_waiting(self.me, false);
             }
@@ -427,9 +417,8 @@ impl NativeWaiter {
             let mut stale = false;
             let mut died = false;
             for i in 0..n {
-                let ev = self.buffer[i];
-                let (data, flags) = (ev.data, ev.flags);
-                let (data, flags) = (data.u64(), flags.bits());
+                let (data, flags) = self.buffer.get(i);
+                let flags = flags.bits();
                 if data == WAKE_DATA {
                     drain_eventfd(&self.wake);
                     notified = true;

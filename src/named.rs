@@ -43,10 +43,10 @@ use std::time::{Duration, Instant};
 
 use crate::contract::{Backend, Origin, Rotation, MAX_MEMBERS_LIMIT};
 use crate::error::{Error, Result};
-use crate::sys::unix::{record_lock, Mapping};
 use crate::shared::{
     self, RegionSpec, Settings, SharedState, LAYOUT_VERSION, MAGIC, REMOVED_MAGIC,
 };
+use crate::sys::unix::{record_lock, Mapping};
 
 /// The lock byte every opener holds while it sets up or checks the object.
 const SETUP_BYTE: libc::off_t = 1 << 20;
@@ -357,7 +357,11 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
             {
                 // The mode exactly as asked, whatever the umask.
                 if let Err(e) = rustix::fs::fchmod(&file, Mode::from_bits_truncate(c.mode as _)) {
-                    return Err(os_error(req.name, "setting the named group's mode", e.into()));
+                    return Err(os_error(
+                        req.name,
+                        "setting the named group's mode",
+                        e.into(),
+                    ));
                 }
                 return Ok(file);
             }
@@ -377,7 +381,11 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<File> {
 
 fn shm_open(object: &CString, flags: libc::c_int, mode: u32) -> io::Result<File> {
     let flags = OFlags::from_bits_truncate(flags as _);
-    let fd = rustix::shm::open(object.as_c_str(), flags, Mode::from_bits_truncate(mode as _))?;
+    let fd = rustix::shm::open(
+        object.as_c_str(),
+        flags,
+        Mode::from_bits_truncate(mode as _),
+    )?;
     Ok(File::from(fd))
 }
 

@@ -123,9 +123,8 @@ fn watchable(fd: RawSource) -> bool {
     };
     let flags = epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE;
     // (The entry dies with the instance, closed on return.)
-    crate::sys::unix::by_number(fd).is_ok_and(|fd| {
-        epoll::add(&probe, fd, epoll::EventData::new_u64(0), flags).is_ok()
-    })
+    crate::sys::unix::by_number(fd)
+        .is_ok_and(|fd| epoll::add(&probe, fd, epoll::EventData::new_u64(0), flags).is_ok())
 }
 
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]

@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::inner::GroupInner;
 use crate::interest::{Events, Interest};
 use crate::members::Membership;
-use crate::sys::native::{NativeNotifier, NativeWaiter};
 use crate::source::{check_nonblocking, raw_of, AsSource};
 use crate::stats::MemberStats;
+use crate::sys::native::{NativeNotifier, NativeWaiter};
 
 /// The backend-specific half of a waiter.
 // Outside Linux the native waiter is uninhabited: the size difference is no cost there.

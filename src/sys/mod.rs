@@ -43,7 +43,7 @@ cfg_if::cfg_if! {
     if #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))] {
         pub(crate) use linux::native;
     } else {
-        mod unsupported;
+        pub(crate) mod unsupported;
         pub(crate) use unsupported as native;
     }
 }

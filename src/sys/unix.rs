@@ -152,8 +152,12 @@ impl Mapping {
         // is touched or replaced.
         let ptr = unsafe {
             match file {
-                Some(fd) => rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0),
-                None => rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, prot, MapFlags::SHARED),
+                Some(fd) => {
+                    rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)
+                }
+                None => {
+                    rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, prot, MapFlags::SHARED)
+                }
             }
         }?;
         Ok(Mapping {

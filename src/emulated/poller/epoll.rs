@@ -11,10 +11,10 @@
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
-use super::AsRawSource;
+use crate::error::RawSource;
 use crate::sys::epoll::{self, Epoll, Flags};
 
 /// What an entry reports as readable, and asks for when readable is wanted.
@@ -23,9 +23,7 @@ const READ: Flags = Flags::IN
     .union(Flags::HUP)
     .union(Flags::ERR);
 /// What an entry reports as writable, and asks for when writable is wanted.
-const WRITE: Flags = Flags::OUT
-    .union(Flags::HUP)
-    .union(Flags::ERR);
+const WRITE: Flags = Flags::OUT.union(Flags::HUP).union(Flags::ERR);
 
 /// A descriptor's readiness, or the interest registered for it, under its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,12 +81,6 @@ impl Event {
     }
 }
 
-/// How an entry reports: level-triggered, the one mode the emulation uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PollMode {
-    Level,
-}
-
 /// One member's poller: one epoll instance.
 #[derive(Debug)]
 pub(crate) struct Poller {
@@ -102,22 +94,12 @@ impl Poller {
         })
     }
 
-    /// Adds a descriptor, level-triggered, reported under `interest.key`.
-    ///
-    /// # Safety
-    ///
-    /// `source` must be an open descriptor for the length of the call. (The kernel's entry
-    /// goes with the open file: a descriptor closed while registered only leaves an entry
-    /// that `delete` may no longer reach, see `crate::registry`.)
-    pub(crate) unsafe fn add_with_mode(
-        &self,
-        source: impl AsRawSource,
-        interest: Event,
-        mode: PollMode,
-    ) -> io::Result<()> {
-        let PollMode::Level = mode;
-        // SAFETY: the caller's promise: the number is open for the length of this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(source.raw()) };
+    /// Adds descriptor `fd` (known by number: see `crate::sys::unix::by_number`),
+    /// level-triggered, reported under `interest.key`. The kernel's entry goes with the open
+    /// file: a descriptor closed while registered only leaves an entry that `delete` may no
+    /// longer reach, see `crate::registry`.
+    pub(crate) fn add(&self, fd: RawSource, interest: Event) -> io::Result<()> {
+        let fd = crate::sys::unix::by_number(fd)?;
         self.epoll.add(fd, interest.flags(), interest.key as u64)
     }
 

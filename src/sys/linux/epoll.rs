@@ -37,7 +37,12 @@ impl Epoll {
     /// `data`. The kernel's entry belongs to `fd`'s open file, not to its number: it lives
     /// until deleted or until every descriptor of that file is closed.
     pub(crate) fn add(&self, fd: BorrowedFd<'_>, flags: Flags, data: u64) -> io::Result<()> {
-        Ok(epoll::add(&self.epoll, fd, EventData::new_u64(data), flags)?)
+        Ok(epoll::add(
+            &self.epoll,
+            fd,
+            EventData::new_u64(data),
+            flags,
+        )?)
     }
 
     /// Deletes `fd`'s entry: `ENOENT` if `fd` names no entry's file (a number closed and
@@ -67,7 +72,10 @@ pub(crate) fn wait(
 ) -> io::Result<usize> {
     events.len = 0;
     let timeout = timeout.map(|t| {
-        let ms = t.as_nanos().div_ceil(1_000_000).min(libc::c_int::MAX as u128) as i64;
+        let ms = t
+            .as_nanos()
+            .div_ceil(1_000_000)
+            .min(libc::c_int::MAX as u128) as i64;
         rustix::time::Timespec {
             tv_sec: ms / 1000,
             tv_nsec: (ms % 1000) * 1_000_000,

@@ -44,9 +44,9 @@ fn token(fd: RawFd, gen: u64) -> u64 {
 }
 
 mod deaths;
-mod kernel;
 mod hand_on;
 mod hints;
+mod kernel;
 mod registration;
 
 pub(crate) use deaths::OnDeath;
@@ -64,11 +64,11 @@ pub(crate) fn clear_out(shared: &SharedState, m: u32) {
 }
 use hand_on::BELL_DATA;
 
+use crate::sys::unix::monotonic_ns;
 use kernel::{
     ctl, drain_eventfd, entry_is_live, mod_probe_works, new_epoll, new_eventfd, timeout_ms,
     WAKE_DATA,
 };
-use crate::sys::unix::monotonic_ns;
 pub(crate) use kernel::{probe, NativeNotifier};
 
 /// The most events one kernel wait returns.

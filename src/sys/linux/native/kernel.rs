@@ -49,8 +49,7 @@ pub(crate) fn probe() -> std::result::Result<(), String> {
 /// against 0.44 µs), and exact where (device, inode) is not (a pipe's two ends). Only for
 /// exclusive entries (a MOD of another would change it), and only where `mod_probe_works`.
 pub(super) fn entry_is_live(epoll: &OwnedFd, fd: RawFd) -> bool {
-    ctl(epoll, libc::EPOLL_CTL_MOD, fd, 0, 0)
-        .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
+    ctl(epoll, libc::EPOLL_CTL_MOD, fd, 0, 0).is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
 }
 
 /// Does this kernel refuse an `EPOLL_CTL_MOD` of an exclusive entry with EINVAL, changing
@@ -103,7 +102,10 @@ pub(super) fn ctl(
     data: u64,
 ) -> io::Result<()> {
     let fd = by_number(fd)?;
-    let (flags, data) = (EventFlags::from_bits_retain(flags), EventData::new_u64(data));
+    let (flags, data) = (
+        EventFlags::from_bits_retain(flags),
+        EventData::new_u64(data),
+    );
     match op {
         libc::EPOLL_CTL_ADD => epoll::add(epoll, fd, data, flags)?,
         libc::EPOLL_CTL_MOD => epoll::modify(epoll, fd, data, flags)?,

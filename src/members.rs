@@ -680,13 +680,13 @@ pub mod testing {
         if fd < 0 {
             return;
         }
-        // SAFETY: writes one byte from a live buffer to the descriptor the test gave, then
-        // sleeps in pause(2) until killed.
-        unsafe {
-            libc::write(fd, [1u8].as_ptr().cast(), 1);
-            loop {
-                libc::pause();
-            }
+        // One byte to the descriptor the test gave (open until the test kills us), then
+        // pause(2) until killed.
+        if let Ok(fd) = crate::sys::unix::by_number(fd) {
+            let _ = rustix::io::write(fd, &[1]);
+        }
+        loop {
+            rustix::event::pause();
         }
     }
 }
@@ -773,10 +773,11 @@ mod tests {
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(i32::from(!held)) };
         }
-        let mut status = 0;
-        // SAFETY: reaps our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        use rustix::process::{waitpid, Pid, WaitOptions};
+        let (_, status) = waitpid(Pid::from_raw(pid), WaitOptions::empty())
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.exit_status(), Some(0));
         assert!(members.begin_leave(&a));
         members.finish_leave(&a);
     }

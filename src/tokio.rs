@@ -509,11 +509,14 @@ impl Pump {
 fn thread_switches() -> Option<u64> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
-        // SAFETY: rusage is plain data; getrusage fills it or fails.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: RUSAGE_THREAD and a pointer to a live rusage.
-        let ok = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } == 0;
-        ok.then_some(usage.ru_nvcsw as u64)
+        // SAFETY: rusage is plain data, for which all-zero bytes are a valid value; getrusage
+        // (which rustix does not wrap) gets RUSAGE_THREAD and a pointer to that live rusage,
+        // which it fills or leaves.
+        let (res, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            (libc::getrusage(libc::RUSAGE_THREAD, &mut usage), usage)
+        };
+        (res == 0).then_some(usage.ru_nvcsw as u64)
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     None

@@ -130,10 +130,6 @@ pub(crate) struct Mapping {
     len: usize,
 }
 
-// SAFETY: the mapping is plain memory, owned by this value alone and accessed through atomics
-// only, from any thread.
-unsafe impl Send for Mapping {}
-
 impl Mapping {
     /// `len` bytes of `file` from its start, shared with every process that maps it.
     pub(crate) fn of_file(file: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {

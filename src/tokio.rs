@@ -462,8 +462,8 @@ impl Pump {
     /// list, the kernel having woken nobody else for it, when the wait returned the
     /// notification's event in its place. A look (zero timeout) returns it, and it is accepted
     /// and handed out: at most one accept, after which other members take every connection.
-    /// (Accepting until `WouldBlock`, as before, went on taking connections on a listener that
-    /// other members keep busy.) A turn whose wait returned the listener's event accepted it
+    /// (Accepting until `WouldBlock` would go on taking connections on a listener that other
+    /// members keep busy.) A turn whose wait returned the listener's event accepted it
     /// already; a close seen before the turn's wait was given nothing.
     fn leave_line(&mut self, permit: mpsc::OwnedPermit<Handoff>, woken: bool) {
         let mut events = Events::with_capacity(1);

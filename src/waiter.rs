@@ -608,7 +608,7 @@ mod tests {
     /// member joined, the member left and another joined into the slot, and only then did the
     /// notifier store its mark and ring. The mark names the old occupant and the ring goes to
     /// the old occupant's bell, so the new member sleeps to its deadline, never woken. (A mark
-    /// of 1 and a ring by the slot's current generation, as before, woke it: a race of a few
+    /// of 1 and a ring by the slot's current generation would wake it: a race of a few
     /// nanoseconds that a test of threads does not hit, hence this test.)
     #[test]
     fn a_late_mark_and_ring_for_a_left_member_wake_nobody() {

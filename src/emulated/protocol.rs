@@ -14,8 +14,7 @@
 //! consumed event if the source is no longer ready, else after up to `ADAPTIVE_BATCH` in a row
 //! (`adaptive_turn_ends`, decided once the event is consumed). Until then a member coming back
 //! to `wait` is ahead of the leader in line and takes the token back: its batch. With
-//! `Every(0)` the head stays at slot 0, which reproduces the kernel's monopoly. A member
-//! coming back to `wait` ahead of the leader in line takes the token over.
+//! `Every(0)` the head stays at slot 0, which reproduces the kernel's monopoly.
 //!
 //! All state is in the group's shared memory, in words only `source` touches (its docs give
 //! each word's bits, transitions, invariants and orderings). The token (`leader`) and the claim

@@ -14,10 +14,9 @@
 //! after the group's last rung member (a cursor in the shared header) whose bell is not rung
 //! already; the rung member looks at its exclusive descriptors with one zero-timeout `poll` and
 //! hands out what is ready, as if the kernel had woken it. Hand-ons go round the slots in turn,
-//! whoever rings: a ring to "the next idle member after the ringer" instead sent most rings to
-//! the member just past a run of busy ones (100 exec'd servers on one queue under load: one
-//! served 1 000–1 465 requests of 20 000 where the others served about 200, Jain 0.70–0.85 in 3
-//! runs of 10). The `poll` is paid only on `consumed` while another member is inside its wait (else
+//! whoever rings: a ring to "the next idle member after the ringer" would send most rings to
+//! the member just past a run of busy ones (`docs/lab.md`, "The figures behind two
+//! constants"). The `poll` is paid only on `consumed` while another member is inside its wait (else
 //! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
 //! (a member that comes back at once takes a backlog itself), on leave, and by the rung
 //! member. A member that dies (or exits without leaving) is found by the member watching its

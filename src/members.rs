@@ -650,6 +650,21 @@ impl SharedState {
     }
 }
 
+/// The first of the slots `start, start + 1, …` (wrapping below `high`, each once) for which
+/// `f` gives a value, with that value: the walk in slot order both backends make for the next
+/// idle member (the native hand-on's ring from its cursor, the emulation's line from its head).
+pub(crate) fn first_in_ring<T>(
+    high: u32,
+    start: u32,
+    f: impl FnMut(u32) -> Option<T>,
+) -> Option<T> {
+    if high == 0 {
+        return None;
+    }
+    let start = start % high;
+    (0..high).map(|i| (start + i) % high).find_map(f)
+}
+
 /// The error of a member whose slot was taken from it: never, while invariant 1 holds, so it
 /// means the shared memory was overwritten, and the state is marked damaged (the caller's
 /// call then says `CorruptGroup`).

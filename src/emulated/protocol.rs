@@ -73,7 +73,7 @@ use std::time::Duration;
 use super::doorbell::Doorbells;
 use crate::contract::Rotation;
 use crate::liveness::Liveness;
-use crate::members::{state, Members};
+use crate::members::{first_in_ring, state, Members};
 use crate::shared::{SharedState, NONE};
 use crate::sync::monotonic_ns;
 pub(crate) use source::{Hold, Occupant, Source};
@@ -291,13 +291,9 @@ impl Protocol<'_> {
     /// head), other than slot `not`.
     fn next_idle(&self, s: usize, not: u32, start: Option<u32>) -> Option<Occupant> {
         let src = self.source(s);
-        let high = self.shared.high();
-        if high == 0 {
-            return None;
-        }
-        let head = start.unwrap_or_else(|| src.line_head()) % high;
+        let head = start.unwrap_or_else(|| src.line_head());
         let stuck = src.stuck();
-        (0..high).map(|i| (head + i) % high).find_map(|m| {
+        first_in_ring(self.shared.high(), head, |m| {
             if m == not || m == stuck || !src.has_member(m) {
                 return None;
             }

@@ -31,7 +31,7 @@ use super::kernel::ctl;
 use super::NativeWaiter;
 use crate::doorbell::Doorbells;
 use crate::interest::Events;
-use crate::members::state;
+use crate::members::{first_in_ring, state};
 use crate::registry;
 use crate::shared::SharedState;
 use crate::sys::unix::{monotonic_ns, poll_now};
@@ -52,31 +52,26 @@ pub(super) const BELL_DATA: u64 = u64::MAX - 1;
 /// its bell rung and not yet drained will look anyway.
 pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<u32>) -> bool {
     let high = shared.high();
-    if high == 0 {
-        return false;
-    }
     let cursor = &super::NativeHints::of(shared).ring_cursor;
-    let start = cursor.load(SeqCst);
-    for i in 0..high {
-        let m = (start + i) % high;
+    first_in_ring(high, cursor.load(SeqCst), |m| {
         if Some(m) == except {
-            continue;
+            return None;
         }
         let slot = shared.member(m);
         let life = slot.life();
         if life.state() != state::IDLE || slot.rung.load(SeqCst) != 0 {
-            continue;
+            return None;
         }
         if slot.rung.swap(1, SeqCst) != 0 {
-            continue; // another ringer came first
+            return None; // another ringer came first
         }
         bells.ring(m, life.generation());
         // A plain store: two ringers racing may leave it at either one's member, and either is
         // past a member just rung.
         cursor.store((m + 1) % high, SeqCst);
-        return true;
-    }
-    false
+        Some(())
+    })
+    .is_some()
 }
 
 impl NativeWaiter {

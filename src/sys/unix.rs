@@ -25,7 +25,9 @@ pub(crate) use rustix::fs::Stat;
 /// `getsockname`): for a closed number the kernel answers `EBADF`, for a reused one it answers
 /// about the other file, and the callers treat both as the registry says (`crate::registry`:
 /// a registration whose number no longer names its file). No borrow made here is ever used to
-/// close, read or write the descriptor, nor kept past the call.
+/// close the descriptor, nor kept past the call; the only reads and writes through one go to
+/// herdless's own descriptors that their holder keeps open meanwhile (a member's bell eventfd,
+/// the fault tests' pipe).
 pub(crate) fn by_number<'a>(fd: RawFd) -> io::Result<BorrowedFd<'a>> {
     if fd < 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
@@ -33,7 +35,8 @@ pub(crate) fn by_number<'a>(fd: RawFd) -> io::Result<BorrowedFd<'a>> {
     // SAFETY: `fd` is not -1 (the one value a `BorrowedFd` cannot hold). `BorrowedFd` asks
     // that the number stay open while borrowed; herdless cannot promise it for a number a
     // caller may close at any time, and does not need it: the borrow goes only to calls that
-    // name the number to the kernel, which checks it (see above), never to a close.
+    // name the number to the kernel, which checks it (see above), never to a close, and
+    // reads or writes only descriptors of herdless's own that are open meanwhile.
     Ok(unsafe { BorrowedFd::borrow_raw(fd) })
 }
 

@@ -1,5 +1,5 @@
 //! The member's poller on Linux: herdless's own, over one epoll instance (`crate::sys::epoll`),
-//! with the names the emulation calls `polling`'s by elsewhere (`Poller`, `Event`, `PollMode`,
+//! with the names the emulation calls `polling`'s by elsewhere (`Poller`, `Event`,
 //! `Events`). Level-triggered only (an edge could be lost between the delete and the add that
 //! move an exclusive descriptor from member to member); every `usize` is a key (no key is kept
 //! for itself); no timer and no notifier (a member's bell is a descriptor in its poller), so a

@@ -428,9 +428,7 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Settled> {
                 }
                 _ => {
                     if let Some(c) = &create {
-                        if let Err(e) = check_settings(req.name, &settings, c) {
-                            return Err(e);
-                        }
+                        check_settings(req.name, &settings, c)?;
                     }
                     let region = (req.region)(&settings);
                     // `inspect` mapped exactly size_for(capacity, region) bytes, checked.

@@ -84,7 +84,12 @@ fn is_message_queue(fd: RawSource) -> bool {
     const MQUEUE_MAGIC: i64 = 0x1980_0202;
     crate::sys::unix::by_number(fd)
         .and_then(|fd| Ok(rustix::fs::fstatfs(fd)?))
-        .is_ok_and(|fs| fs.f_type as i64 == MQUEUE_MAGIC)
+        // (The field's type varies by target: i64 here, 32 bits on some.)
+        .is_ok_and(|fs| {
+            #[allow(clippy::unnecessary_cast)]
+            let kind = fs.f_type as i64;
+            kind == MQUEUE_MAGIC
+        })
 }
 
 /// Elsewhere no queue looks like a regular file: macOS has no POSIX message queues, and a

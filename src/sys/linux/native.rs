@@ -393,7 +393,7 @@ impl NativeWaiter {
                 NativeHints::of(&self.shared).set_waiting(self.me, false);
             }
             let n = match res {
-                Ok(n) => n as usize,
+                Ok(n) => n,
                 // A signal handler ran: the wait ends with no events, so that the caller sees
                 // the handler's flag at once (`Waiter::wait`).
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {

@@ -3,7 +3,7 @@
 //!
 //! With `error.rs` and `interest.rs` this is the contract layer, the vocabulary every other room
 //! of the crate speaks: the three import nothing of the crate but one another, so the backends
-//! (`platform/`, `emulated/`) and the shared state below the handles can use them without
+//! (`sys/`, `emulated/`) and the shared state below the handles can use them without
 //! reaching up to `group.rs` or `waiter.rs`.
 
 /// Which mechanism delivers exclusive, fair wake-ups.

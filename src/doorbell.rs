@@ -156,10 +156,11 @@ impl Doorbells {
             // (A slot out of range comes from a damaged group's memory: it has no bell.)
             if let Some(&Some((g, pid, fd))) = local.get(slot as usize) {
                 if g == generation && pid == crate::pid::current() {
-                    let one = 1u64.to_ne_bytes();
-                    // SAFETY: writes 8 bytes from a live buffer to the member's eventfd, which
-                    // stays open while its entry is in the table and the lock is held.
-                    unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };
+                    // The member's eventfd stays open while its entry is in the table and the
+                    // lock is held.
+                    if let Ok(fd) = crate::sys::unix::by_number(fd) {
+                        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+                    }
                     return;
                 }
             }
@@ -177,10 +178,11 @@ impl Doorbells {
                 .own_local
                 .get(slot as usize)
                 .map_or(-1, |fd| fd.load(SeqCst));
-            let mut count = [0u8; 8];
-            // SAFETY: reads 8 bytes into a live buffer from this process's member's
-            // non-blocking eventfd (the member drains its own bell, so it is open).
-            if fd >= 0 && unsafe { libc::read(fd, count.as_mut_ptr().cast(), 8) } == 8 {
+            // This process's member's non-blocking eventfd (the member drains its own bell, so
+            // it is open).
+            let drained = crate::sys::unix::by_number(fd)
+                .is_ok_and(|fd| rustix::io::read(fd, &mut [0u8; 8]) == Ok(8));
+            if drained {
                 return;
             }
         }
@@ -228,18 +230,12 @@ fn bell_address(
 
 #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))]
 fn bind_bell(incarnation: u64, slot: u32, generation: u32) -> std::io::Result<Bell> {
-    use std::os::fd::FromRawFd;
+    use rustix::event::{eventfd, EventfdFlags};
     let socket = UnixDatagram::bind_addr(&bell_address(incarnation, slot, generation)?)?;
     socket.set_nonblocking(true)?;
-    // SAFETY: eventfd takes no pointers; the descriptor it returns is new and ours alone.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
     Ok(Bell {
         socket,
-        // SAFETY: `fd` was just made and nothing else owns it.
-        local: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        local: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?,
         registered: false,
     })
 }
@@ -264,15 +260,16 @@ fn drain_socket(fd: libc::c_int) {
         iov_base: (&mut byte as *mut u8).cast(),
         iov_len: 1,
     };
-    // SAFETY: mmsghdr is plain data; all-zero is a valid starting value.
-    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    for m in &mut msgs {
-        m.msg_hdr.msg_iov = &mut iov;
-        m.msg_hdr.msg_iovlen = 1;
-    }
-    // SAFETY: every header points at one live iovec over one live byte (each datagram is
-    // truncated into it); the call does not wait, and reads our own bell.
+    // SAFETY: mmsghdr is plain data, for which all-zero is a valid value; then every header
+    // points at one live iovec over one live byte (each datagram is truncated into it). The
+    // call (which rustix does not wrap) does not wait, and reads our own bell by number (one
+    // closed meanwhile gives EBADF).
     unsafe {
+        let mut msgs: [libc::mmsghdr; BATCH] = std::mem::zeroed();
+        for m in &mut msgs {
+            m.msg_hdr.msg_iov = &mut iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
         libc::recvmmsg(
             fd,
             msgs.as_mut_ptr(),
@@ -313,11 +310,12 @@ fn send_ring(
 
 #[cfg(all(unix, not(loom), not(any(target_os = "linux", target_os = "android"))))]
 fn drain_socket(fd: libc::c_int) {
-    let mut byte = 0u8;
+    let Ok(fd) = crate::sys::unix::by_number(fd) else {
+        return;
+    };
     for _ in 0..16 {
-        // SAFETY: reads into one live byte from our own bell, without waiting.
-        let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
-        if n < 0 {
+        // Our own bell, without waiting.
+        if rustix::net::recv(fd, &mut [0u8; 1], rustix::net::RecvFlags::DONTWAIT).is_err() {
             return;
         }
     }
@@ -341,17 +339,11 @@ mod tests {
         let bell = bells.bind(1, 7).unwrap();
         let fds: Vec<i32> = bell.watch().map(|fd| fd.as_raw_fd()).collect();
         for fd in fds.into_iter().chain([bells.ringer.as_raw_fd()]) {
-            // SAFETY: fcntl reads the flags of our own descriptor.
-            let (fl, fd_flags) = unsafe {
-                (
-                    libc::fcntl(fd, libc::F_GETFL),
-                    libc::fcntl(fd, libc::F_GETFD),
-                )
-            };
+            let fl = crate::sys::unix::status_flags(fd).unwrap();
+            let fd_flags = rustix::io::fcntl_getfd(crate::sys::unix::by_number(fd).unwrap());
             assert_ne!(fl & libc::O_NONBLOCK, 0, "a blocking bell");
-            assert_ne!(
-                fd_flags & libc::FD_CLOEXEC,
-                0,
+            assert!(
+                fd_flags.unwrap().contains(rustix::io::FdFlags::CLOEXEC),
                 "a bell inherited across exec"
             );
         }
@@ -374,15 +366,8 @@ mod tests {
 
     /// Is any of the bell's descriptors readable now?
     fn readable(bell: &super::Bell) -> bool {
-        bell.watch().any(|fd| {
-            let mut pfd = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: polls one live pollfd without waiting.
-            unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
-        })
+        bell.watch()
+            .any(|fd| crate::sys::unix::poll_one_now(fd.as_raw_fd(), libc::POLLIN) != 0)
     }
 }
 

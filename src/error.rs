@@ -360,13 +360,10 @@ fn in_use_text(members: &[(usize, u32)], opened_by: &Option<u32>) -> String {
 /// [`Error::UnwatchableDescriptor`].
 #[cfg(unix)]
 pub(crate) fn eperm_reason(fd: RawSource) -> &'static str {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 {
+    let Ok(st) = crate::sys::unix::fstat(fd) else {
         return "the poller refuses it (EPERM); herdless watches pipes, FIFOs, sockets and message \
                 queues";
-    }
+    };
     match st.st_mode & libc::S_IFMT {
         libc::S_IFCHR => {
             "a character device that does not support readiness polling (EPERM), such as \

@@ -163,7 +163,7 @@ impl GroupBuilder {
         }
         let backend = match self.backend {
             Backend::Emulated => Backend::Emulated,
-            Backend::Native => match crate::platform::probe() {
+            Backend::Native => match crate::sys::native::probe() {
                 Ok(()) => Backend::Native,
                 Err(reason) => {
                     return Err(Error::BackendUnavailable {
@@ -172,7 +172,7 @@ impl GroupBuilder {
                     })
                 }
             },
-            Backend::Auto => match crate::platform::probe() {
+            Backend::Auto => match crate::sys::native::probe() {
                 Ok(()) => Backend::Native,
                 Err(_) => Backend::Emulated,
             },

@@ -20,7 +20,7 @@ use crate::shared::{RegionSpec, Settings, SharedState};
 pub(crate) fn region_for(settings: &Settings) -> RegionSpec {
     match settings.backend {
         Backend::Emulated => crate::emulated::region(settings),
-        _ => crate::platform::region(settings),
+        _ => crate::sys::native::region(settings),
     }
 }
 
@@ -58,7 +58,7 @@ impl GroupInner {
         // A named group's region, written by another process, is checked before it is used.
         let region = match settings.backend {
             Backend::Emulated => crate::emulated::check_region(&shared),
-            _ => crate::platform::check_region(&shared),
+            _ => crate::sys::native::check_region(&shared),
         };
         region.map_err(|reason| Error::CorruptGroup {
             name: name.clone().unwrap_or_default(),
@@ -138,10 +138,10 @@ impl GroupInner {
                 continue;
             };
             let reaped = members.reap(m, seen, me, |slot, _| {
-                crate::platform::clear_out(&self.shared, slot)
+                crate::sys::native::clear_out(&self.shared, slot)
             });
             if let (true, Some(bells)) = (reaped, &self.native_bells) {
-                crate::platform::ring_idle(&self.shared, bells, None);
+                crate::sys::native::ring_idle(&self.shared, bells, None);
             }
             any |= reaped;
         }

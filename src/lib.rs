@@ -90,8 +90,6 @@ mod named;
 #[cfg(all(unix, not(loom)))]
 mod nest;
 mod pid;
-#[path = "../platform/mod.rs"]
-mod platform;
 #[cfg(all(unix, not(loom)))]
 mod poll;
 mod registry;

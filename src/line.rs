@@ -116,12 +116,12 @@ pub(crate) fn backend() -> Result<Backend> {
         .get_or_init(|| {
             let asked = std::env::var("HERDLESS_BACKEND").unwrap_or_default();
             match asked.to_ascii_lowercase().as_str() {
-                "" | "auto" => Ok(match crate::platform::probe() {
+                "" | "auto" => Ok(match crate::sys::native::probe() {
                     Ok(()) => Backend::Native,
                     Err(_) => Backend::Emulated,
                 }),
                 "emulated" => Ok(Backend::Emulated),
-                "native" => match crate::platform::probe() {
+                "native" => match crate::sys::native::probe() {
                     Ok(()) => Ok(Backend::Native),
                     Err(reason) => Err(format!("native: {reason}")),
                 },

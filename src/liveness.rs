@@ -96,18 +96,8 @@ impl Liveness {
         kind: libc::c_short,
         cmd: libc::c_int,
     ) -> std::io::Result<libc::flock> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock is plain data; all-zero is a valid starting value.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = kind;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = slot as libc::off_t;
-        fl.l_len = 1;
-        // SAFETY: a valid descriptor we own and a pointer to a live flock.
-        if unsafe { libc::fcntl(self.file.as_raw_fd(), cmd, &mut fl) } == -1 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(fl)
+        use std::os::fd::AsFd;
+        crate::sys::unix::record_lock(self.file.as_fd(), cmd, kind, slot as libc::off_t, 1)
     }
 
     /// The hold count of `slot`, reset first in a child made by `fork` (which inherits the
@@ -206,9 +196,7 @@ impl Liveness {
 
     /// Has process `pid` ended? (a zombie not yet waited for still counts as there)
     pub(crate) fn process_gone(&self, pid: u32) -> bool {
-        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-        r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        crate::sys::unix::process_gone(pid)
     }
 }
 

@@ -650,6 +650,21 @@ impl SharedState {
     }
 }
 
+/// The first of the slots `start, start + 1, …` (wrapping below `high`, each once) for which
+/// `f` gives a value, with that value: the walk in slot order both backends make for the next
+/// idle member (the native hand-on's ring from its cursor, the emulation's line from its head).
+pub(crate) fn first_in_ring<T>(
+    high: u32,
+    start: u32,
+    f: impl FnMut(u32) -> Option<T>,
+) -> Option<T> {
+    if high == 0 {
+        return None;
+    }
+    let start = start % high;
+    (0..high).map(|i| (start + i) % high).find_map(f)
+}
+
 /// The error of a member whose slot was taken from it: never, while invariant 1 holds, so it
 /// means the shared memory was overwritten, and the state is marked damaged (the caller's
 /// call then says `CorruptGroup`).
@@ -680,13 +695,13 @@ pub mod testing {
         if fd < 0 {
             return;
         }
-        // SAFETY: writes one byte from a live buffer to the descriptor the test gave, then
-        // sleeps in pause(2) until killed.
-        unsafe {
-            libc::write(fd, [1u8].as_ptr().cast(), 1);
-            loop {
-                libc::pause();
-            }
+        // One byte to the descriptor the test gave (open until the test kills us), then
+        // pause(2) until killed.
+        if let Ok(fd) = crate::sys::unix::by_number(fd) {
+            let _ = rustix::io::write(fd, &[1]);
+        }
+        loop {
+            rustix::event::pause();
         }
     }
 }
@@ -773,10 +788,11 @@ mod tests {
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(i32::from(!held)) };
         }
-        let mut status = 0;
-        // SAFETY: reaps our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        use rustix::process::{waitpid, Pid, WaitOptions};
+        let (_, status) = waitpid(Pid::from_raw(pid), WaitOptions::empty())
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.exit_status(), Some(0));
         assert!(members.begin_leave(&a));
         members.finish_leave(&a);
     }

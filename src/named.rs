@@ -35,7 +35,10 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsFd;
+
+use rustix::fs::Mode;
+use rustix::shm::OFlags;
 use std::time::{Duration, Instant};
 
 use crate::contract::{Backend, Origin, Rotation, MAX_MEMBERS_LIMIT};
@@ -43,6 +46,7 @@ use crate::error::{Error, Result};
 use crate::shared::{
     self, RegionSpec, Settings, SharedState, LAYOUT_VERSION, MAGIC, REMOVED_MAGIC,
 };
+use crate::sys::unix::{record_lock, Mapping};
 
 /// The lock byte every opener holds while it sets up or checks the object.
 const SETUP_BYTE: libc::off_t = 1 << 20;
@@ -236,9 +240,8 @@ fn remove_object(
             .map_err(|e| os_error(name, "marking the named group removed", e))?;
     }
     let previous = swap_magic(file, REMOVED_MAGIC)?;
-    // SAFETY: a valid C string; shm_unlink touches nothing of ours.
-    if unsafe { libc::shm_unlink(object.as_ptr()) } == -1 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = rustix::shm::unlink(object.as_c_str()) {
+        let e = io::Error::from(e);
         // Nothing changed after all: the mark (and the length) as they were.
         swap_magic(file, previous)?;
         if size < mark_room {
@@ -265,8 +268,7 @@ fn finish_removal(file: &File, object: &CString) -> Result<bool> {
         .map_err(|e| Error::io("reading a removed named group's identity", e))?;
     if same {
         // Nobody else unlinks it meanwhile: a herdless unlink takes the setup lock we hold.
-        // SAFETY: a valid C string; shm_unlink touches nothing of ours.
-        unsafe { libc::shm_unlink(object.as_ptr()) };
+        let _ = rustix::shm::unlink(object.as_c_str());
     }
     // (Closing `again` drops this process's locks on the object, the setup lock with them:
     // the caller is done with it.)
@@ -278,26 +280,21 @@ fn removed(file: &File, size: u64) -> Result<bool> {
     if size < std::mem::size_of::<u64>() as u64 {
         return Ok(false);
     }
-    let ptr = map(file, std::mem::size_of::<u64>())?;
-    // SAFETY: the mapping is page-aligned and at least 8 bytes of the object long; any bytes
-    // are a valid AtomicU64.
-    let magic = unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
-        .load(std::sync::atomic::Ordering::SeqCst);
-    // SAFETY: our own mapping, not used after.
-    unsafe { libc::munmap(ptr.cast(), std::mem::size_of::<u64>()) };
+    let mapping = map(file, std::mem::size_of::<u64>())?;
+    let magic = magic_word(&mapping).load(std::sync::atomic::Ordering::SeqCst);
     Ok(magic == REMOVED_MAGIC)
 }
 
 /// Stores `magic` in the first word of the object (at least 8 bytes long); returns the word it
 /// replaced.
 fn swap_magic(file: &File, magic: u64) -> Result<u64> {
-    let ptr = map(file, std::mem::size_of::<u64>())?;
-    // SAFETY: as in `removed`.
-    let previous = unsafe { &*ptr.cast::<std::sync::atomic::AtomicU64>() }
-        .swap(magic, std::sync::atomic::Ordering::SeqCst);
-    // SAFETY: our own mapping, not used after.
-    unsafe { libc::munmap(ptr.cast(), std::mem::size_of::<u64>()) };
-    Ok(previous)
+    let mapping = map(file, std::mem::size_of::<u64>())?;
+    Ok(magic_word(&mapping).swap(magic, std::sync::atomic::Ordering::SeqCst))
+}
+
+/// The first word of a mapping of at least 8 bytes.
+fn magic_word(mapping: &Mapping) -> &std::sync::atomic::AtomicU64 {
+    mapping.first_word().expect("a mapping of 8 bytes or more")
 }
 
 fn removed_too_often(name: &str) -> Error {
@@ -375,10 +372,12 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
                     })?
             {
                 // The mode exactly as asked, whatever the umask.
-                // SAFETY: fchmod on our own open descriptor.
-                if unsafe { libc::fchmod(file.as_raw_fd(), c.mode as libc::mode_t) } == -1 {
-                    let e = io::Error::last_os_error();
-                    return Err(os_error(req.name, "setting the named group's mode", e));
+                if let Err(e) = rustix::fs::fchmod(&file, Mode::from_bits_truncate(c.mode as _)) {
+                    return Err(os_error(
+                        req.name,
+                        "setting the named group's mode",
+                        e.into(),
+                    ));
                 }
                 if let Some(gid) = c.group {
                     give_group(&file, gid, c.mode)
@@ -403,35 +402,24 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
 /// Gives the new object `file` the owner group `gid`; where the caller may not (not a member of
 /// it, not root), clears the group bits of `mode` instead.
 fn give_group(file: &File, gid: u32, mode: u32) -> io::Result<()> {
-    // SAFETY: fchown on our own open descriptor; -1 leaves the owner as it is.
-    if unsafe { libc::fchown(file.as_raw_fd(), libc::uid_t::MAX, gid as libc::gid_t) } == 0 {
-        return Ok(());
+    use std::os::unix::fs::PermissionsExt;
+    match std::os::unix::fs::fchown(file, None, Some(gid)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            file.set_permissions(std::fs::Permissions::from_mode(mode & !0o070))
+        }
+        Err(e) => Err(e),
     }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EPERM) {
-        return Err(e);
-    }
-    // SAFETY: fchmod on our own open descriptor.
-    if unsafe { libc::fchmod(file.as_raw_fd(), (mode & !0o070) as libc::mode_t) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 fn shm_open(object: &CString, flags: libc::c_int, mode: u32) -> io::Result<File> {
-    // macOS declares shm_open variadic (the mode goes as an unsigned int); elsewhere it takes a
-    // mode_t.
-    #[cfg(any(target_os = "macos", target_os = "ios"))]
-    let mode = mode as libc::c_uint;
-    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-    let mode = mode as libc::mode_t;
-    // SAFETY: a valid C string; the descriptor returned is new and ours alone.
-    let fd = unsafe { libc::shm_open(object.as_ptr(), flags, mode) };
-    if fd == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    let flags = OFlags::from_bits_truncate(flags as _);
+    let fd = rustix::shm::open(
+        object.as_c_str(),
+        flags,
+        Mode::from_bits_truncate(mode as _),
+    )?;
+    Ok(File::from(fd))
 }
 
 /// What an opener found with the setup lock held.
@@ -460,7 +448,7 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Settled> {
     // setup lock first and set the group up (and joined it) already.
     let found = inspect(file, size, req.region)?;
     let (create, origin) = match (found, req.create) {
-        (Found::Group(ptr, settings), create) => {
+        (Found::Group(mapping, settings), create) => {
             let remake = match create {
                 Some(_) => unused(file)?,
                 None => false,
@@ -468,19 +456,16 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Settled> {
             match create {
                 Some(c) if remake => {
                     // Nobody uses it: re-made fresh, with the creator's settings.
-                    unmap(ptr, size as usize);
+                    drop(mapping);
                     (c, Origin::Remade)
                 }
                 _ => {
                     if let Some(c) = &create {
-                        if let Err(e) = check_settings(req.name, &settings, c) {
-                            unmap(ptr, size as usize);
-                            return Err(e);
-                        }
+                        check_settings(req.name, &settings, c)?;
                     }
                     let region = (req.region)(&settings);
-                    // SAFETY: `inspect` mapped exactly size_for(capacity, region) bytes, checked.
-                    let shared = unsafe { SharedState::from_mapping(ptr, settings, region, false) };
+                    // `inspect` mapped exactly size_for(capacity, region) bytes, checked.
+                    let shared = SharedState::from_mapping(mapping, settings, region, false);
                     return Ok(Settled::Group(shared, Origin::Opened));
                 }
             }
@@ -498,8 +483,8 @@ fn settle(req: &Request<'_>, file: &File) -> Result<Settled> {
 enum Found {
     /// Nothing set up (a creator that died half-way, or has not started).
     NotSetUp,
-    /// A valid group, mapped at this address.
-    Group(*mut u8, Settings),
+    /// A valid group, mapped whole.
+    Group(Mapping, Settings),
     Bad(Bad),
 }
 
@@ -542,10 +527,10 @@ fn inspect(file: &File, size: u64, region: fn(&Settings) -> RegionSpec) -> Resul
             "{size} bytes, where a group takes {header} to {MAX_GROUP_SIZE} bytes"
         ))));
     }
-    let ptr = map(file, size as usize)?;
-    // SAFETY: the mapping is at least a Header long, page-aligned, and a Header is all atomics,
-    // for which any bytes are a valid value.
-    let p = unsafe { &(*ptr.cast::<shared::Header>()).preamble };
+    let mapping = map(file, size as usize)?;
+    // SAFETY: the mapping is at least a Header long (checked above), page-aligned, and lives
+    // while `p` is used; a Header is all atomics, for which any bytes are a valid value.
+    let p = unsafe { &(*mapping.as_ptr().cast::<shared::Header>()).preamble };
     use std::sync::atomic::Ordering::SeqCst;
     let magic = p.magic.load(SeqCst);
     let verdict = if magic == 0 {
@@ -581,11 +566,8 @@ fn inspect(file: &File, size: u64, region: fn(&Settings) -> RegionSpec) -> Resul
         }
     };
     match verdict {
-        Ok(settings) => Ok(Found::Group(ptr, settings)),
-        Err(found) => {
-            unmap(ptr, size as usize);
-            Ok(found)
-        }
+        Ok(settings) => Ok(Found::Group(mapping, settings)),
+        Err(found) => Ok(found),
     }
 }
 
@@ -597,35 +579,13 @@ fn set_up(file: &File, name: &str, settings: Settings, region: RegionSpec) -> Re
     file.set_len(0)
         .and_then(|()| file.set_len(size as u64))
         .map_err(|e| os_error(name, "sizing the named group", e))?;
-    let ptr = map(file, size)?;
-    // SAFETY: a fresh mapping of exactly size_for(capacity, region) bytes, handed over.
-    Ok(unsafe { SharedState::from_mapping(ptr, settings, region, true) })
+    let mapping = map(file, size)?;
+    // A fresh mapping of exactly size_for(capacity, region) bytes, handed over.
+    Ok(SharedState::from_mapping(mapping, settings, region, true))
 }
 
-fn map(file: &File, size: usize) -> Result<*mut u8> {
-    // SAFETY: maps `size` bytes of our own open object, shared; no existing memory is touched.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::io(
-            "mapping the named group",
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(p.cast())
-}
-
-fn unmap(ptr: *mut u8, size: usize) {
-    // SAFETY: our own mapping of `size` bytes, not used after.
-    unsafe { libc::munmap(ptr.cast(), size) };
+fn map(file: &File, size: usize) -> Result<Mapping> {
+    Mapping::of_file(file.as_fd(), size).map_err(|e| Error::io("mapping the named group", e))
 }
 
 /// Does nobody use the group: no process holds it open, no member's liveness byte is held?
@@ -723,17 +683,7 @@ fn hold_setup<'a>(file: &'a File, name: &str) -> Result<SetupLock<'a>> {
 
 /// One non-blocking record-lock call on `len` bytes from `start`.
 fn lock(file: &File, kind: libc::c_short, start: libc::off_t, len: libc::off_t) -> io::Result<()> {
-    // SAFETY: flock is plain data; all-zero is a valid starting value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = start;
-    fl.l_len = len;
-    // SAFETY: a valid descriptor we own and a pointer to a live flock.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    record_lock(file.as_fd(), libc::F_SETLK, kind, start, len).map(drop)
 }
 
 /// The record locks other processes hold on the `len` bytes from `start`: (byte, process id)
@@ -747,17 +697,9 @@ fn lock_holders(file: &File, start: u64, len: u64) -> Result<Vec<(u64, u32)>> {
         if from >= to {
             continue;
         }
-        // SAFETY: flock is plain data; all-zero is a valid starting value.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as libc::c_short;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = from as libc::off_t;
-        fl.l_len = (to - from) as libc::off_t;
-        // SAFETY: a valid descriptor we own and a pointer to a live flock.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) } == -1 {
-            let e = io::Error::last_os_error();
-            return Err(Error::io("checking whether the named group is in use", e));
-        }
+        let (kind, start, len) = (libc::F_WRLCK as libc::c_short, from as _, (to - from) as _);
+        let fl = record_lock(file.as_fd(), libc::F_GETLK, kind, start, len)
+            .map_err(|e| Error::io("checking whether the named group is in use", e))?;
         if fl.l_type == libc::F_UNLCK as libc::c_short {
             continue;
         }

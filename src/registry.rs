@@ -201,15 +201,8 @@ pub(crate) fn poll_events(interest: Interest) -> libc::c_short {
 #[cfg(unix)]
 pub(crate) fn still_ready(fd: RawSource, interest: Interest) -> bool {
     let events = poll_events(interest);
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     // Hang-ups and errors are not a backlog: the turn ends (and the others see them too).
-    n == 1 && pfd.revents & events != 0
+    crate::sys::unix::poll_one_now(fd, events) & events != 0
 }
 
 /// Names the kernel's refusal of a descriptor (`epoll_ctl`, or `polling`'s poller underneath):
@@ -267,10 +260,9 @@ fn same_open_file(a: RawSource, b: RawSource, file: FileId) -> bool {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             const KCMP_FILE: libc::c_long = 0;
-            // SAFETY: getpid cannot fail.
-            let pid = libc::c_long::from(unsafe { libc::getpid() });
-            // SAFETY: kcmp only compares two descriptor numbers of this process; a number
-            // that is not open gives EBADF.
+            let pid = libc::c_long::from(std::process::id());
+            // SAFETY: kcmp (which rustix does not wrap) only compares two descriptor numbers
+            // of this process, passed as integers; a number that is not open gives EBADF.
             let same = unsafe {
                 libc::syscall(
                     libc::SYS_kcmp,
@@ -286,20 +278,17 @@ fn same_open_file(a: RawSource, b: RawSource, file: FileId) -> bool {
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         return false;
     }
-    // SAFETY: F_GETFL only reads the flags of two descriptor numbers; a closed one gives -1.
-    let (fa, fb) = unsafe { (libc::fcntl(a, libc::F_GETFL), libc::fcntl(b, libc::F_GETFL)) };
-    fa != -1 && fb != -1 && fa & libc::O_ACCMODE == fb & libc::O_ACCMODE
+    use crate::sys::unix::status_flags;
+    match (status_flags(a), status_flags(b)) {
+        (Ok(fa), Ok(fb)) => fa & libc::O_ACCMODE == fb & libc::O_ACCMODE,
+        _ => false,
+    }
 }
 
 /// The file `fd` names now, or `None` if the number is not open.
 #[cfg(unix)]
 pub(crate) fn file_id(fd: RawSource) -> Option<FileId> {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 {
-        return None;
-    }
+    let st = crate::sys::unix::fstat(fd).ok()?;
     Some(FileId {
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,

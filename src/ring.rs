@@ -94,12 +94,7 @@ impl RingWatch {
 /// ENOSYS on a kernel without `pidfd_open` (before 5.3), EMFILE when no descriptor is left.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn open_process(pid: u32) -> Result<std::os::fd::OwnedFd, Option<i32>> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error());
-    }
-    // SAFETY: a fresh descriptor that nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) })
+    use rustix::process::{pidfd_open, Pid, PidfdFlags};
+    let pid = Pid::from_raw(pid as i32).ok_or(Some(libc::EINVAL))?;
+    pidfd_open(pid, PidfdFlags::empty()).map_err(|e| Some(e.raw_os_error()))
 }

@@ -131,14 +131,17 @@ pub(crate) struct SharedState {
     damaged: AtomicBool,
 }
 
-/// The memory behind the shared state: an anonymous shared mapping (Unix), zeroed heap memory
-/// (elsewhere), or, under the model checker, ordinary values of its atomics.
+/// The memory behind the shared state: a shared mapping (Unix: anonymous, or a named group's
+/// object), zeroed heap memory (elsewhere), or, under the model checker, ordinary values of its
+/// atomics. Unmapped (or freed) on drop, when the last handle goes.
 #[cfg(not(loom))]
 struct Memory {
+    /// The first byte (page-aligned where mapped, 128-aligned on the heap).
     ptr: *mut u8,
     size: usize,
-    /// Unmapped (or freed) on drop.
-    mapped: bool,
+    /// The mapping `ptr` points into, which owns it.
+    #[cfg(unix)]
+    _mapping: crate::sys::unix::Mapping,
 }
 #[cfg(loom)]
 struct Memory {
@@ -182,43 +185,37 @@ fn layout(size: usize) -> std::alloc::Layout {
 
 #[cfg(not(loom))]
 impl Memory {
-    /// Maps `size` zeroed bytes of shared memory (all-zero atomics are valid).
+    /// Maps `size` zeroed bytes of shared memory (all-zero atomics are valid); anonymous and
+    /// shared on Unix, so that children forked later share it.
+    #[cfg(unix)]
     fn new(size: usize) -> Result<Memory> {
-        #[cfg(unix)]
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched. MAP_SHARED keeps it
-        // shared with children forked later.
-        let ptr = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANON,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return Err(Error::io(
-                    "mapping the group's shared memory",
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            p.cast::<u8>()
-        };
-        #[cfg(not(unix))]
+        crate::sys::unix::Mapping::anonymous(size)
+            .map(Memory::of)
+            .map_err(|e| Error::io("mapping the group's shared memory", e))
+    }
+
+    /// The memory of `mapping`, whole.
+    #[cfg(unix)]
+    fn of(mapping: crate::sys::unix::Mapping) -> Memory {
+        Memory {
+            ptr: mapping.as_ptr(),
+            size: mapping.len(),
+            _mapping: mapping,
+        }
+    }
+
+    /// `size` zeroed bytes of heap memory (members are threads of one process here).
+    #[cfg(not(unix))]
+    fn new(size: usize) -> Result<Memory> {
         // SAFETY: the layout has a non-zero size (the header is never empty).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout(size)) };
-        #[cfg(not(unix))]
         if ptr.is_null() {
             return Err(Error::io(
                 "allocating the group's shared state",
                 std::io::ErrorKind::OutOfMemory.into(),
             ));
         }
-        Ok(Memory {
-            ptr,
-            size,
-            mapped: true,
-        })
+        Ok(Memory { ptr, size })
     }
 
     fn header(&self) -> &Header {
@@ -241,22 +238,11 @@ impl Memory {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(all(not(unix), not(loom)))]
 impl Drop for Memory {
     fn drop(&mut self) {
-        if !self.mapped {
-            return;
-        }
-        #[cfg(unix)]
-        // SAFETY: ptr/len are those of our own mapping, unmapped once, when the last handle goes.
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.size);
-        }
-        #[cfg(not(unix))]
-        // SAFETY: allocated in `new` with the same layout.
-        unsafe {
-            std::alloc::dealloc(self.ptr, layout(self.size));
-        }
+        // SAFETY: allocated in `new` with the same layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, layout(self.size)) };
     }
 }
 
@@ -352,23 +338,21 @@ impl SharedState {
     /// The shared state of a named group in a segment mapped by `crate::named`; set up first
     /// if `fresh` (a segment of zeroes that its creator maps first).
     ///
-    /// # Safety
-    ///
-    /// `ptr` is a live, writable, 128-aligned shared mapping of exactly
-    /// `size_for(settings.capacity, region.len)` bytes, handed over to the shared state (which
-    /// unmaps it on drop).
+    /// `mapping` must measure exactly `size_for(settings.capacity, region.len)` bytes (the
+    /// caller checked the object's size); it is handed over to the shared state.
     #[cfg(all(unix, not(loom)))]
-    pub(crate) unsafe fn from_mapping(
-        ptr: *mut u8,
+    pub(crate) fn from_mapping(
+        mapping: crate::sys::unix::Mapping,
         settings: Settings,
         region: RegionSpec,
         fresh: bool,
     ) -> SharedState {
-        let memory = Memory {
-            ptr,
-            size: size_for(settings.capacity, region.len),
-            mapped: true,
-        };
+        assert_eq!(
+            mapping.len(),
+            size_for(settings.capacity, region.len),
+            "a named group's mapping of another size than its settings'"
+        );
+        let memory = Memory::of(mapping);
         let shared = SharedState::with_memory(memory, settings, region.len);
         if fresh {
             shared.set_up(region);

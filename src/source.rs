@@ -100,9 +100,8 @@ pub(crate) fn check_nonblocking(fd: RawSource, interest: crate::interest::Intere
     }
     #[cfg(unix)]
     {
-        // SAFETY: F_GETFL reads the flags of a descriptor number; a closed one gives EBADF.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags != -1 && flags & libc::O_NONBLOCK == 0 && watchable(fd) {
+        let blocking = crate::sys::unix::status_flags(fd).is_ok_and(|f| f & libc::O_NONBLOCK == 0);
+        if blocking && watchable(fd) {
             return Err(crate::error::Error::BlockingDescriptor { fd });
         }
     }
@@ -118,29 +117,18 @@ pub(crate) fn check_nonblocking(fd: RawSource, interest: crate::interest::Intere
 /// Runs only for a blocking descriptor, on the way to an error.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn watchable(fd: RawSource) -> bool {
-    // SAFETY: epoll_create1 makes a new descriptor or fails.
-    let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if epoll == -1 {
+    use rustix::event::epoll;
+    let Ok(probe) = epoll::create(epoll::CreateFlags::CLOEXEC) else {
         return true; // no probe: the blocking mode is what is known
-    }
-    let mut event = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-        u64: 0,
     };
-    // SAFETY: our own epoll instance, a live event struct; the entry dies with the instance.
-    let added = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut event) } == 0;
-    // SAFETY: closes the instance made above, which nothing else holds.
-    unsafe { libc::close(epoll) };
-    added
+    let flags = epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE;
+    // (The entry dies with the instance, closed on return.)
+    crate::sys::unix::by_number(fd)
+        .is_ok_and(|fd| epoll::add(&probe, fd, epoll::EventData::new_u64(0), flags).is_ok())
 }
 
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 fn watchable(fd: RawSource) -> bool {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 {
-        return false;
-    }
-    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+    crate::sys::unix::fstat(fd)
+        .is_ok_and(|st| matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK))
 }

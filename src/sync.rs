@@ -15,7 +15,7 @@
 //! `#[cfg(loom)]`: door bells as flags (`crate::doorbell`), the liveness record locks as a model
 //! of the kernel's (`crate::liveness`), the shared memory as ordinary values of its atomics
 //! (`crate::shared`, and the source table's storage in `emulated/protocol/table.rs`). What has
-//! no part in the models is left out of that build: the native backend (`platform/mod.rs`),
+//! no part in the models is left out of that build: the native backend (`sys/mod.rs`),
 //! named groups (`crate::named`), a member's own kernel objects (its bell's sockets in its
 //! poller, `emulated/mod.rs` and `registrations.rs`), the Windows checks, and the fault tests'
 //! hook (`members::testing`).
@@ -50,13 +50,7 @@ pub(crate) fn nap(d: Duration) {
 /// Monotonic nanoseconds, comparable across the processes of a group (the model's clock under
 /// the model checker).
 #[cfg(all(unix, not(loom)))]
-pub(crate) fn monotonic_ns() -> u64 {
-    // SAFETY: timespec is plain data, filled by clock_gettime.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid clock id and a pointer to a live timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use crate::sys::unix::monotonic_ns;
 
 /// Monotonic nanoseconds since this process first asked (groups span threads only here).
 #[cfg(all(not(unix), not(loom)))]

@@ -462,8 +462,8 @@ impl Pump {
     /// list, the kernel having woken nobody else for it, when the wait returned the
     /// notification's event in its place. A look (zero timeout) returns it, and it is accepted
     /// and handed out: at most one accept, after which other members take every connection.
-    /// (Accepting until `WouldBlock`, as before, went on taking connections on a listener that
-    /// other members keep busy.) A turn whose wait returned the listener's event accepted it
+    /// (Accepting until `WouldBlock` would go on taking connections on a listener that other
+    /// members keep busy.) A turn whose wait returned the listener's event accepted it
     /// already; a close seen before the turn's wait was given nothing.
     fn leave_line(&mut self, permit: mpsc::OwnedPermit<Handoff>, woken: bool) {
         let mut events = Events::with_capacity(1);
@@ -509,11 +509,14 @@ impl Pump {
 fn thread_switches() -> Option<u64> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
-        // SAFETY: rusage is plain data; getrusage fills it or fails.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: RUSAGE_THREAD and a pointer to a live rusage.
-        let ok = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } == 0;
-        ok.then_some(usage.ru_nvcsw as u64)
+        // SAFETY: rusage is plain data, for which all-zero bytes are a valid value; getrusage
+        // (which rustix does not wrap) gets RUSAGE_THREAD and a pointer to that live rusage,
+        // which it fills or leaves.
+        let (res, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            (libc::getrusage(libc::RUSAGE_THREAD, &mut usage), usage)
+        };
+        (res == 0).then_some(usage.ru_nvcsw as u64)
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     None

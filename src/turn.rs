@@ -39,12 +39,10 @@ pub(crate) const STREAM_GAP: Duration = Duration::from_micros(20);
 
 /// `Rotation::Adaptive`: how long a member's turn lasts in a stream (`STREAM_TURN / gap`
 /// events, between `ADAPTIVE_BATCH` and `STREAM_BATCH`). Every turn that starts wakes a thread
-/// that has not run for a whole round of the group, and at 500 waiters on a pipe the batch
-/// sets the price (`herd pipe --waiters 500 --rotate-every 1,16,32,64,96,256 --runs 3`, time
-/// ÷ the raw flag's, Jain): 2.19 and 0.988 for strict turns, 1.46 and 0.999 for 16, 1.32 and
-/// 0.998 for 32, 1.25 and 0.996 for 64, 1.19 and 0.987 for 96, 1.13 and 0.930 for 256. About
-/// 300 µs (96 events at a pipe's pace, 40 at a message queue's) is near the raw flag's speed
-/// while a few hundred events per member still give Jain's index about 0.99.
+/// that has not run for a whole round of the group, so at 500 waiters on a pipe the batch sets
+/// the price: about 300 µs (96 events at a pipe's pace, 40 at a message queue's) is near the
+/// raw flag's speed while a few hundred events per member still give Jain's index about 0.99
+/// (the figures for batches of 1 to 256: `docs/lab.md`, "The figures behind two constants").
 pub(crate) const STREAM_TURN: Duration = Duration::from_micros(300);
 /// The most events of a turn in a stream.
 pub(crate) const STREAM_BATCH: u32 = 96;

@@ -2,7 +2,7 @@
 //!
 //! Every public call checks what is the same for every backend (the interest, an empty
 //! `Events` buffer, a blocking shared descriptor, a waiter carried across `fork`) and then hands
-//! over to the backend the group was built with: `platform` for the native one, `emulated` for
+//! over to the backend the group was built with: `sys::native` for the native one, `emulated` for
 //! token passing. After `wait` has handed out an event of an exclusive descriptor, call
 //! [`Waiter::consumed`] as soon as the read or accept is done; the next `wait` does it for you
 //! otherwise (and counts it, `MemberStats::unconsumed`). That is the moment the waiter goes to
@@ -23,16 +23,15 @@ use crate::interest::{Events, Interest};
 use crate::members::Membership;
 #[cfg(all(unix, not(loom)))]
 use crate::nest::{self, Nest};
-use crate::platform::{NativeNotifier, NativeWaiter};
 use crate::source::{check_nonblocking, raw_of, AsSource};
 use crate::stats::MemberStats;
+use crate::sys::native::{NativeNotifier, NativeWaiter};
 
 /// The backend-specific half of a waiter.
-// Outside Linux the native waiter is uninhabited: the size difference is no cost there.
-#[cfg_attr(
-    not(any(target_os = "linux", target_os = "android")),
-    allow(clippy::large_enum_variant)
-)]
+// The native waiter inline, on purpose: its every wait and `consumed` reach it without a
+// pointer to follow (a waiter is made once per member, so its size costs nothing that
+// matters). Outside Linux the native waiter is uninhabited.
+#[allow(clippy::large_enum_variant)]
 enum Engine {
     Native(NativeWaiter),
     /// Boxed: the emulated half carries its registrations, queues and buffers.
@@ -885,7 +884,7 @@ mod tests {
     /// member joined, the member left and another joined into the slot, and only then did the
     /// notifier store its mark and ring. The mark names the old occupant and the ring goes to
     /// the old occupant's bell, so the new member sleeps to its deadline, never woken. (A mark
-    /// of 1 and a ring by the slot's current generation, as before, woke it: a race of a few
+    /// of 1 and a ring by the slot's current generation would wake it: a race of a few
     /// nanoseconds that a test of threads does not hit, hence this test.)
     #[test]
     fn a_late_mark_and_ring_for_a_left_member_wake_nobody() {

@@ -62,7 +62,7 @@ fn back_to_back_stays_even(backend: Backend) {
 /// Back to back (the next message is written once the last was read) there is no backlog
 /// either, and however close together the messages come (5 to 10 µs here, a channel round
 /// trip), none overlaps another: the default rule keeps strict turns on both backends (the
-/// native stream rule needs overlapping events, see `platform/linux.rs`).
+/// native stream rule needs overlapping events, see `src/sys/linux/native.rs`).
 fn adaptive_back_to_back_stays_even(backend: Backend) {
     back_to_back_stays_even_under(backend, Rotation::Adaptive);
 }

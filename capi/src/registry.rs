@@ -11,10 +11,10 @@
 //! waiter itself lives inside the lock it is used under (`WaiterEntry::state`), and
 //! `herdless_leave` takes it out under that lock: a call that looked the handle up either
 //! locks before the leave and runs on the live waiter (the leave waits for it, and wakes it
-//! first if it waits), or locks after and finds no waiter (`HERDLESS_EBADHANDLE`). A lookup and
-//! a lock in two steps, with the waiter beside the lock, let a leave slip in between: the call
-//! then waited for ever on a member that had left and that `herdless_notify` could no longer
-//! name (`capi/c/leave_race.c`). On Unix the registry's lock is taken around `fork`
+//! first if it waits), or locks after and finds no waiter (`HERDLESS_EBADHANDLE`). With a lookup
+//! and a lock in two steps, and the waiter beside the lock, a leave could slip in between and
+//! the call would wait for ever on a member that had left and that `herdless_notify` could no
+//! longer name (`capi/c/leave_race.c` tests it). On Unix the registry's lock is taken around `fork`
 //! (`pthread_atfork`), so a child forked while another thread was in the middle of a lookup
 //! finds it unlocked.
 

@@ -93,17 +93,12 @@ impl DeathWatch {
             let opened = crate::ring::open_process(pid);
             let ended = matches!(opened, Err(Some(libc::ESRCH)));
             let fd = opened.ok().and_then(|fd| {
-                // SAFETY: the pidfd is ours and stays open until `forget` deletes it from the
-                // poller and closes it.
-                unsafe {
-                    poller.add_with_mode(
-                        &fd,
-                        super::poller::Event::new(DEATH_KEYS + place, true, false),
-                        super::poller::PollMode::Level,
-                    )
-                }
-                .ok()
-                .map(|()| fd)
+                // The pidfd is ours and stays open until `forget` deletes it from the poller and
+                // closes it.
+                let watch = super::poller::Event::new(DEATH_KEYS + place, true, false);
+                super::poller::add(poller, std::os::fd::AsRawFd::as_raw_fd(&fd), watch)
+                    .ok()
+                    .map(|()| fd)
             });
             all &= fd.is_some();
             // Dead before it was opened, or opened for a process that reused a dead member's

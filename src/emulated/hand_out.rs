@@ -112,8 +112,7 @@ impl EmulatedWaiter {
             }
         }
         if !pollfds.is_empty() {
-            // SAFETY: polls a live array of pollfd of the length given, without waiting.
-            let n = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, 0) };
+            let n = crate::sys::unix::poll_now(&mut pollfds).unwrap_or(0);
             let mut looked = pollfds.iter();
             for p in self.pending.iter_mut().take(window) {
                 if p.found_by == polls && p.exact {
@@ -184,14 +183,8 @@ impl EmulatedWaiter {
 /// Is `fd` ready for `interest` right now? (One poll(2) that does not wait.)
 #[cfg(unix)]
 pub(super) fn ready_now(fd: RawSource, interest: Interest) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: registry::poll_events(interest),
-        revents: 0,
-    };
-    // SAFETY: polls one live pollfd without waiting.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n == 1 && pfd.revents & libc::POLLNVAL == 0
+    let revents = crate::sys::unix::poll_one_now(fd, registry::poll_events(interest));
+    revents != 0 && revents & libc::POLLNVAL == 0
 }
 
 #[cfg(not(unix))]
@@ -202,15 +195,8 @@ pub(super) fn ready_now(_fd: RawSource, _interest: Interest) -> bool {
 /// The event of `fd` if it is ready for `interest` right now (one poll(2) that does not wait).
 #[cfg(unix)]
 pub(super) fn poll_event(fd: RawSource, interest: Interest, key: usize) -> Option<Event> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: registry::poll_events(interest),
-        revents: 0,
-    };
-    // SAFETY: polls one live pollfd without waiting.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    let revents = pfd.revents;
-    if n != 1 || revents & libc::POLLNVAL != 0 {
+    let revents = crate::sys::unix::poll_one_now(fd, registry::poll_events(interest));
+    if revents == 0 || revents & libc::POLLNVAL != 0 {
         return None;
     }
     Some(Event::new(

@@ -11,16 +11,10 @@ use crate::error::{RawSource, Result};
 /// process and every duplicate of it; refuses what no backend can watch.
 #[cfg(unix)]
 pub(super) fn identify(fd: RawSource) -> Result<u64> {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EBADF) => Error::BadDescriptor { fd },
-            _ => Error::io("inspecting a descriptor", e),
-        });
-    }
+    let st = crate::sys::unix::fstat(fd).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBADF) => Error::BadDescriptor { fd },
+        _ => Error::io("inspecting a descriptor", e),
+    })?;
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG if !is_message_queue(fd) => {
             return Err(Error::UnwatchableDescriptor {
@@ -46,10 +40,9 @@ pub(super) fn identify(fd: RawSource) -> Result<u64> {
     }
     // The two ends of a pipe (or FIFO) share one device and inode: the access mode tells them
     // apart, and it is the same in every duplicate and every process.
-    // SAFETY: F_GETFL only reads the descriptor's flags.
-    let mode = match unsafe { libc::fcntl(fd, libc::F_GETFL) } {
-        -1 => 0,
-        flags => (flags & libc::O_ACCMODE) as u64,
+    let mode = match crate::sys::unix::status_flags(fd) {
+        Err(_) => 0,
+        Ok(flags) => (flags & libc::O_ACCMODE) as u64,
     };
     let mix = |mut x: u64| {
         x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -89,10 +82,14 @@ pub(super) fn refuse_anonymous(_fd: RawSource) -> Result<()> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn is_message_queue(fd: RawSource) -> bool {
     const MQUEUE_MAGIC: i64 = 0x1980_0202;
-    // SAFETY: statfs is plain data; fstatfs fills it or fails.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs only reads the descriptor number and writes the live struct.
-    unsafe { libc::fstatfs(fd, &mut fs) == 0 && fs.f_type as i64 == MQUEUE_MAGIC }
+    crate::sys::unix::by_number(fd)
+        .and_then(|fd| Ok(rustix::fs::fstatfs(fd)?))
+        // (The field's type varies by target: i64 here, 32 bits on some.)
+        .is_ok_and(|fs| {
+            #[allow(clippy::unnecessary_cast)]
+            let kind = fs.f_type as i64;
+            kind == MQUEUE_MAGIC
+        })
 }
 
 /// Elsewhere no queue looks like a regular file: macOS has no POSIX message queues, and a

@@ -242,16 +242,11 @@ impl EmulatedWaiter {
         let bell = group.bells.bind(me, membership.generation())?;
         #[cfg(all(unix, not(loom)))]
         for fd in bell.watch() {
-            // SAFETY: the bell is this waiter's, and `leave` deletes it from the poller before
-            // it drops it.
-            unsafe {
-                poller.add_with_mode(
-                    &fd,
-                    poller::Event::new(DOORBELL_KEY, true, false),
-                    poller::PollMode::Level,
-                )
-            }
-            .map_err(|e| Error::io("watching the member's door bell", e))?;
+            // The bell is this waiter's, and `leave` deletes it from the poller before it drops
+            // it.
+            let bell = poller::Event::new(DOORBELL_KEY, true, false);
+            poller::add(&poller, std::os::fd::AsRawFd::as_raw_fd(&fd), bell)
+                .map_err(|e| Error::io("watching the member's door bell", e))?;
         }
         group.drain_bell(me);
         #[cfg(all(not(unix), not(loom)))]

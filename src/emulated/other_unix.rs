@@ -17,15 +17,20 @@
 // On Linux only the unit tests call `socket_identity`; the rest is for the other systems.
 #![cfg_attr(any(target_os = "linux", target_os = "android"), allow(dead_code))]
 
+use std::hash::{Hash, Hasher};
+
+use rustix::net::SocketAddrAny;
+
 use crate::error::{Error, RawSource, Result};
+use crate::sys::unix::Stat;
 
 /// Does this `fstat` give no identity (device and inode both 0)?
-pub(super) fn has_no_identity(st: &libc::stat) -> bool {
+pub(super) fn has_no_identity(st: &Stat) -> bool {
     st.st_dev == 0 && st.st_ino == 0
 }
 
 /// The identity of a descriptor whose `fstat` gave none: a named socket's, or `None`.
-pub(super) fn identity_without_inode(fd: RawSource, st: &libc::stat) -> Option<u64> {
+pub(super) fn identity_without_inode(fd: RawSource, st: &Stat) -> Option<u64> {
     match st.st_mode & libc::S_IFMT {
         libc::S_IFSOCK => socket_identity(fd),
         _ => None,
@@ -34,11 +39,11 @@ pub(super) fn identity_without_inode(fd: RawSource, st: &libc::stat) -> Option<u
 
 /// Refuses as exclusive a descriptor that has no identity this system lets the emulation share.
 pub(super) fn refuse_anonymous(fd: RawSource) -> Result<()> {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only reads the descriptor number and writes the live struct.
-    if unsafe { libc::fstat(fd, &mut st) } == -1 || !has_no_identity(&st) {
+    let Ok(st) = crate::sys::unix::fstat(fd) else {
         return Ok(()); // `identify` has answered for a descriptor that is not open
+    };
+    if !has_no_identity(&st) {
+        return Ok(());
     }
     if identity_without_inode(fd, &st).is_some() {
         return Ok(());
@@ -62,92 +67,51 @@ pub(super) fn refuse_anonymous(fd: RawSource) -> Result<()> {
 
 /// A socket's identity from its type, local name and peer name; `None` if it has no name.
 pub(super) fn socket_identity(fd: RawSource) -> Option<u64> {
-    let local = name(fd, false);
-    let peer = name(fd, true);
+    let fd = crate::sys::unix::by_number(fd).ok()?;
+    let local = rustix::net::getsockname(fd).ok().filter(named);
+    let peer = rustix::net::getpeername(fd).ok().flatten().filter(named);
     if local.is_none() && peer.is_none() {
         return None;
     }
-    let mut kind: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into the live `kind`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TYPE,
-            (&mut kind as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
+    let kind = rustix::net::sockopt::socket_type(fd).ok()?;
     // FNV-1a: the same in every process of the group (forked from one program).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    feed(&kind.to_ne_bytes());
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    h.write(&kind.as_raw().to_ne_bytes());
     for part in [&local, &peer] {
-        let bytes = part.as_ref().map_or(&[][..], |(ss, len)| {
-            // SAFETY: the first `len` bytes of the live sockaddr_storage were written by the
-            // kernel; `len` is at most its size.
-            unsafe {
-                std::slice::from_raw_parts((ss as *const libc::sockaddr_storage).cast(), *len)
-            }
-        });
-        feed(&bytes.len().to_ne_bytes());
-        feed(bytes);
+        // The address's bytes as the kernel wrote them, their length first (none: empty).
+        match part {
+            Some(addr) => addr.hash(&mut h),
+            None => h.write_usize(0),
+        }
     }
-    Some(h.max(1))
+    Some(h.finish().max(1))
 }
 
-/// The socket's local (or peer) address, if it has one that names it.
-fn name(fd: RawSource, peer: bool) -> Option<(libc::sockaddr_storage, usize)> {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let addr = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
-    // SAFETY: the kernel writes at most `len` bytes into the live storage.
-    let r = unsafe {
-        match peer {
-            true => libc::getpeername(fd, addr, &mut len),
-            false => libc::getsockname(fd, addr, &mut len),
+/// FNV-1a over the bytes fed to it.
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
-    };
-    let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
-    if r != 0 || unnamed(&ss, len) {
-        return None;
     }
-    Some((ss, len))
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
-/// Is this address no name at all (port 0, or an empty Unix path)?
-fn unnamed(ss: &libc::sockaddr_storage, len: usize) -> bool {
-    match libc::c_int::from(ss.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: an AF_INET address is a sockaddr_in, which fits in the storage.
-            let sin =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            sin.sin_port == 0
-        }
-        libc::AF_INET6 => {
-            // SAFETY: an AF_INET6 address is a sockaddr_in6, which fits in the storage.
-            let sin6 =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            sin6.sin6_port == 0
-        }
-        libc::AF_UNIX => {
-            // SAFETY: an AF_UNIX address is a sockaddr_un, which fits in the storage.
-            let sun =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_un>() };
-            let path_at = std::mem::size_of_val(sun) - std::mem::size_of_val(&sun.sun_path);
-            len <= path_at || sun.sun_path[0] == 0
-        }
-        libc::AF_UNSPEC => true,
-        _ => false,
+/// Does this address name the socket (not port 0, not an empty Unix path)?
+fn named(addr: &SocketAddrAny) -> bool {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketAddrV4, SocketAddrV6};
+    match addr.address_family() {
+        AddressFamily::INET => SocketAddrV4::try_from(addr.clone()).is_ok_and(|a| a.port() != 0),
+        AddressFamily::INET6 => SocketAddrV6::try_from(addr.clone()).is_ok_and(|a| a.port() != 0),
+        AddressFamily::UNIX => SocketAddrUnix::try_from(addr.clone())
+            .is_ok_and(|a| a.path_bytes().is_some_and(|p| !p.is_empty())),
+        AddressFamily::UNSPEC => false,
+        _ => true,
     }
 }
 
@@ -191,15 +155,12 @@ mod tests {
         let (x, y) = std::os::unix::net::UnixStream::pair().unwrap();
         assert_eq!(socket_identity(x.as_raw_fd()), None);
         assert_eq!(socket_identity(y.as_raw_fd()), None);
-        // SAFETY: a fresh socket, owned and closed below.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-        assert!(raw >= 0);
+        use rustix::net::{socket, AddressFamily, SocketType};
+        let udp = socket(AddressFamily::INET, SocketType::DGRAM, None).unwrap();
         assert_eq!(
-            socket_identity(raw),
+            socket_identity(udp.as_raw_fd()),
             None,
             "an unbound UDP socket has a name"
         );
-        // SAFETY: closes the socket made above.
-        unsafe { libc::close(raw) };
     }
 }

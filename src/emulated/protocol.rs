@@ -14,8 +14,7 @@
 //! consumed event if the source is no longer ready, else after up to `ADAPTIVE_BATCH` in a row
 //! (`adaptive_turn_ends`, decided once the event is consumed). Until then a member coming back
 //! to `wait` is ahead of the leader in line and takes the token back: its batch. With
-//! `Every(0)` the head stays at slot 0, which reproduces the kernel's monopoly. A member
-//! coming back to `wait` ahead of the leader in line takes the token over.
+//! `Every(0)` the head stays at slot 0, which reproduces the kernel's monopoly.
 //!
 //! All state is in the group's shared memory, in words only `source` touches (its docs give
 //! each word's bits, transitions, invariants and orderings). The token (`leader`) and the claim
@@ -74,7 +73,7 @@ use std::time::Duration;
 use super::doorbell::Doorbells;
 use crate::contract::Rotation;
 use crate::liveness::Liveness;
-use crate::members::{state, Members};
+use crate::members::{first_in_ring, state, Members};
 use crate::shared::{SharedState, NONE};
 use crate::sync::monotonic_ns;
 pub(crate) use source::{Hold, Occupant, Source};
@@ -292,13 +291,9 @@ impl Protocol<'_> {
     /// head), other than slot `not`.
     fn next_idle(&self, s: usize, not: u32, start: Option<u32>) -> Option<Occupant> {
         let src = self.source(s);
-        let high = self.shared.high();
-        if high == 0 {
-            return None;
-        }
-        let head = start.unwrap_or_else(|| src.line_head()) % high;
+        let head = start.unwrap_or_else(|| src.line_head());
         let stuck = src.stuck();
-        (0..high).map(|i| (head + i) % high).find_map(|m| {
+        first_in_ring(self.shared.high(), head, |m| {
             if m == not || m == stuck || !src.has_member(m) {
                 return None;
             }

@@ -6,7 +6,7 @@
 #[cfg(unix)]
 use std::sync::Arc;
 
-use super::poller::{self, PollMode};
+use super::poller;
 
 use super::identity::{identify, refuse_anonymous};
 use super::{EmulatedWaiter, Protocol, Registration};
@@ -257,27 +257,15 @@ impl EmulatedWaiter {
         super::windows::check_socket(fd)?;
         let mut ev = poller::Event::new(key, interest.is_readable(), interest.is_writable());
         ev.set_priority(interest.is_priority());
-        // SAFETY: the caller registered this open descriptor and must keep it open until it is
-        // deleted; we delete it from the poller on `delete`, when the member stops watching it,
-        // and when the member leaves.
-        unsafe { self.poller.add_with_mode(fd, ev, PollMode::Level) }
+        // (The caller may close it while registered: `poller::add` says what then.)
+        poller::add(&self.poller, fd, ev)
             .map_err(|e| registry::refusal(fd, e, "adding a descriptor to the member's poller"))
     }
 
     /// Deletes `fd` from the poller. Returns false if the kernel refused as for a number closed
     /// or naming another file since it was added (its entry may live on: see `forget`).
     pub(super) fn poller_delete(&self, fd: RawSource) -> bool {
-        #[cfg(unix)]
-        // SAFETY: only used for the duration of the call; a descriptor closed meanwhile only
-        // makes the kernel answer EBADF or ENOENT.
-        let res = self
-            .poller
-            .delete(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
-        #[cfg(windows)]
-        // SAFETY: as above, for a socket.
-        let res = self
-            .poller
-            .delete(unsafe { std::os::windows::io::BorrowedSocket::borrow_raw(fd) });
+        let res = poller::delete(&self.poller, fd);
         !res.is_err_and(|e| registry::maybe_stale(&e))
     }
 
@@ -304,15 +292,14 @@ impl EmulatedWaiter {
         #[cfg(not(loom))]
         if let Some(bell) = &self.bell {
             for fd in bell.watch() {
-                // SAFETY: as in `new`: the bell is this waiter's, and `leave` deletes it from
-                // the poller (this new one, by then) before it drops it.
-                unsafe {
-                    poller.add_with_mode(
-                        &fd,
-                        poller::Event::new(super::DOORBELL_KEY, true, false),
-                        PollMode::Level,
-                    )
-                }
+                // The bell is this waiter's, and `leave` deletes it from the poller (this new
+                // one, by then) before it drops it.
+                let key = super::DOORBELL_KEY;
+                poller::add(
+                    &poller,
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    poller::Event::new(key, true, false),
+                )
                 .map_err(|e| Error::io("watching the member's door bell", e))?;
             }
         }

@@ -33,21 +33,22 @@ pub(super) fn check_socket(fd: RawSource) -> Result<()> {
     let mut kind: i32 = 0;
     let mut len = std::mem::size_of::<i32>() as i32;
     // SAFETY: getsockopt only reads the handle number and writes at most `len` bytes into the
-    // live `kind`; a handle that is not a socket makes it fail with WSAENOTSOCK.
-    let r = unsafe {
-        getsockopt(
+    // live `kind`; a handle that is not a socket makes it fail with WSAENOTSOCK, which
+    // WSAGetLastError (no arguments) reads back at once, on the same thread.
+    let (r, error) = unsafe {
+        let r = getsockopt(
             fd as SOCKET,
             SOL_SOCKET,
             SO_TYPE,
             (&mut kind as *mut i32).cast(),
             &mut len,
-        )
+        );
+        (r, if r == 0 { 0 } else { WSAGetLastError() })
     };
     if r == 0 {
         return Ok(());
     }
-    // SAFETY: reads this thread's last Winsock error; no arguments.
-    match unsafe { WSAGetLastError() } {
+    match error {
         // Winsock never started in this process: no socket can be open in it.
         WSANOTINITIALISED => Err(Error::BadDescriptor { fd }),
         WSAENOTSOCK if handle_is_open(fd) => Err(Error::UnwatchableDescriptor {

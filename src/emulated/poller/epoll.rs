@@ -1,5 +1,5 @@
 //! The member's poller on Linux: herdless's own, over one epoll instance (`crate::sys::epoll`),
-//! with the names the emulation calls `polling`'s by elsewhere (`Poller`, `Event`, `PollMode`,
+//! with the names the emulation calls `polling`'s by elsewhere (`Poller`, `Event`,
 //! `Events`). Level-triggered only (an edge could be lost between the delete and the add that
 //! move an exclusive descriptor from member to member); every `usize` is a key (no key is kept
 //! for itself); no timer and no notifier (a member's bell is a descriptor in its poller), so a
@@ -11,21 +11,19 @@
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
-use super::AsRawSource;
+use crate::error::RawSource;
 use crate::sys::epoll::{self, Epoll, Flags};
 
 /// What an entry reports as readable, and asks for when readable is wanted.
-const READ: Flags = Flags::EPOLLIN
-    .union(Flags::EPOLLPRI)
-    .union(Flags::EPOLLHUP)
-    .union(Flags::EPOLLERR);
+const READ: Flags = Flags::IN
+    .union(Flags::PRI)
+    .union(Flags::HUP)
+    .union(Flags::ERR);
 /// What an entry reports as writable, and asks for when writable is wanted.
-const WRITE: Flags = Flags::EPOLLOUT
-    .union(Flags::EPOLLHUP)
-    .union(Flags::EPOLLERR);
+const WRITE: Flags = Flags::OUT.union(Flags::HUP).union(Flags::ERR);
 
 /// A descriptor's readiness, or the interest registered for it, under its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,16 +75,10 @@ impl Event {
             flags |= WRITE;
         }
         if self.priority {
-            flags |= Flags::EPOLLPRI;
+            flags |= Flags::PRI;
         }
         flags
     }
-}
-
-/// How an entry reports: level-triggered, the one mode the emulation uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PollMode {
-    Level,
 }
 
 /// One member's poller: one epoll instance.
@@ -102,22 +94,12 @@ impl Poller {
         })
     }
 
-    /// Adds a descriptor, level-triggered, reported under `interest.key`.
-    ///
-    /// # Safety
-    ///
-    /// `source` must be an open descriptor for the length of the call. (The kernel's entry
-    /// goes with the open file: a descriptor closed while registered only leaves an entry
-    /// that `delete` may no longer reach, see `crate::registry`.)
-    pub(crate) unsafe fn add_with_mode(
-        &self,
-        source: impl AsRawSource,
-        interest: Event,
-        mode: PollMode,
-    ) -> io::Result<()> {
-        let PollMode::Level = mode;
-        // SAFETY: the caller's promise: the number is open for the length of this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(source.raw()) };
+    /// Adds descriptor `fd` (known by number: see `crate::sys::unix::by_number`),
+    /// level-triggered, reported under `interest.key`. The kernel's entry goes with the open
+    /// file: a descriptor closed while registered only leaves an entry that `delete` may no
+    /// longer reach, see `crate::registry`.
+    pub(crate) fn add(&self, fd: RawSource, interest: Event) -> io::Result<()> {
+        let fd = crate::sys::unix::by_number(fd)?;
         self.epoll.add(fd, interest.flags(), interest.key as u64)
     }
 
@@ -168,9 +150,9 @@ impl Events {
             key: data as usize,
             readable: flags.intersects(READ),
             writable: flags.intersects(WRITE),
-            priority: flags.contains(Flags::EPOLLPRI),
-            hangup: flags.contains(Flags::EPOLLHUP),
-            error: flags.contains(Flags::EPOLLERR),
+            priority: flags.contains(Flags::PRI),
+            hangup: flags.contains(Flags::HUP),
+            error: flags.contains(Flags::ERR),
         })
     }
 }

@@ -1,8 +1,9 @@
 //! The poller a member waits in, one per member, picked here per system. Every poller offers
-//! the same small surface, under `polling`'s names: `Poller::{new, add_with_mode, delete,
-//! wait}` (and `notify` on Windows, where it is the member's door bell), `Event::{new,
-//! set_priority, is_priority}` with its `key`, `readable` and `writable`, `PollMode::Level`, and
-//! `Events::{new, with_capacity, capacity, clear, is_empty, iter}`.
+//! the same small surface, under `polling`'s names: `Poller::{new, wait}` (and `notify` on
+//! Windows, where it is the member's door bell), `Event::{new, set_priority, is_priority}` with
+//! its `key`, `readable` and `writable`, and `Events::{new, with_capacity, capacity, clear,
+//! is_empty, iter}`; descriptors go in and out through this module's [`add`] and [`delete`]
+//! (level-triggered, by number), safe on every system.
 //!
 //! | system | poller | module |
 //! |--------|--------|--------|
@@ -36,21 +37,57 @@
 //! test, is `patches/polling-iocp-local-close-deadlock.patch` (`patches/README.md`); once a
 //! polling release has it, Windows can take `polling` as the BSDs do and `iocp` can go.
 
+use std::io;
+
+use crate::error::RawSource;
+
 cfg_if::cfg_if! {
     if #[cfg(all(any(target_os = "linux", target_os = "android"), not(polling_test_poll_backend)))] {
         mod epoll;
-        mod raw_source;
-        pub(crate) use epoll::{Event, Events, PollMode, Poller};
-        use raw_source::AsRawSource;
+        pub(crate) use epoll::{Event, Events, Poller};
     } else if #[cfg(windows)] {
         mod iocp;
-        mod raw_source;
         mod windows;
-        pub(crate) use windows::{Event, Events, PollMode, Poller};
-        use raw_source::AsRawSource;
+        pub(crate) use windows::{Event, Events, Poller};
+        use windows::PollMode;
     } else {
-        pub(crate) use polling::{Event, Events, PollMode, Poller};
+        pub(crate) use polling::{Event, Events, Poller};
+        use polling::PollMode;
     }
+}
+
+/// Adds descriptor (on Windows, socket) `fd`, known by number, level-triggered, reported under
+/// `interest.key`. The public API lets a caller close a registered descriptor before it is
+/// deleted (`crate::registry` says what is then done about its entry); each poller survives
+/// that, as said below.
+pub(crate) fn add(poller: &Poller, fd: RawSource, interest: Event) -> io::Result<()> {
+    cfg_if::cfg_if! {
+        if #[cfg(all(any(target_os = "linux", target_os = "android"), not(polling_test_poll_backend)))] {
+            // herdless's own epoll: an entry goes with the open file, not the number.
+            poller.add(fd, interest)
+        } else if #[cfg(windows)] {
+            // herdless's IOCP copy forgets a socket closed while registered (`iocp`'s fix).
+            poller.add(fd, interest)
+        } else {
+            // SAFETY: polling asks that a source be deleted before it is closed. herdless
+            // deletes every source it added when the member stops watching it or leaves, but
+            // cannot promise the order for a caller's descriptor, which the public API lets the
+            // caller close while registered. What polling's backends here do with a source
+            // closed first touches no memory of it: kqueue drops the entry itself at the close,
+            // and the poll(2) backend keeps only the number, reported `POLLNVAL` or deleted by
+            // number. (The number is open during this call: the caller just checked it.)
+            unsafe { poller.add_with_mode(fd, interest, PollMode::Level) }
+        }
+    }
+}
+
+/// Deletes `fd`, known by number, from `poller`: the kernel's error for a number closed, or
+/// naming another file, since it was added.
+pub(crate) fn delete(poller: &Poller, fd: RawSource) -> io::Result<()> {
+    #[cfg(unix)]
+    return poller.delete(crate::sys::unix::by_number(fd)?);
+    #[cfg(windows)]
+    return poller.delete_raw(fd);
 }
 
 #[cfg(test)]
@@ -68,7 +105,7 @@ mod tests {
     #[cfg(windows)]
     use std::os::windows::io::OwnedSocket;
 
-    use super::{Event, Events, PollMode, Poller};
+    use super::{Event, Events, Poller};
 
     /// A look that returns at once: the poller starts watching what was added (on Windows,
     /// the AFD poll of a socket is submitted only now).
@@ -95,12 +132,18 @@ mod tests {
     /// `wait` must come back.
     fn closed_while_registered(socket: OwnedSocket) {
         let poller = Poller::new().unwrap();
-        // SAFETY: the socket is open during the call; it is closed without `delete` on purpose.
-        unsafe { poller.add_with_mode(&socket, Event::new(1, true, false), PollMode::Level) }
-            .unwrap();
+        // (Closed below without `delete`, on purpose.)
+        super::add(&poller, raw(&socket), Event::new(1, true, false)).unwrap();
         arm(&poller);
         drop(socket);
         wait_returns(poller);
+    }
+
+    fn raw(socket: &OwnedSocket) -> crate::error::RawSource {
+        #[cfg(unix)]
+        return std::os::fd::AsRawFd::as_raw_fd(socket);
+        #[cfg(windows)]
+        return std::os::windows::io::AsRawSocket::as_raw_socket(socket);
     }
 
     #[test]

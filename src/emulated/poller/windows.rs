@@ -7,12 +7,12 @@
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::windows::io::AsSocket;
+use std::os::windows::io::RawSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{iocp, AsRawSource};
+use super::iocp;
 
 /// The key the backend's own notification carries (never a registration's).
 const NOTIFY_KEY: usize = usize::MAX;
@@ -86,30 +86,30 @@ impl Poller {
         })
     }
 
-    /// Adds a socket.
-    ///
-    /// # Safety
-    ///
-    /// The socket must stay open until it is deleted (closing it first is survived: the
-    /// backend forgets it, see `iocp::PacketUnwrapped::feed_event`).
-    pub(crate) unsafe fn add_with_mode(
-        &self,
-        socket: impl AsRawSource,
-        interest: Event,
-        mode: PollMode,
-    ) -> io::Result<()> {
+    /// Adds socket `socket`, known by number, level-triggered.
+    pub(crate) fn add(&self, socket: RawSocket, interest: Event) -> io::Result<()> {
         if interest.key == NOTIFY_KEY {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "the key is not allowed to be `usize::MAX`",
             ));
         }
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.poller.add(socket.raw(), interest, mode) }
+        // SAFETY: `iocp` asks that a socket be deleted before it is closed; herdless deletes
+        // every socket it added when the member stops watching it or leaves, but a caller may
+        // close a registered socket first (the public API allows it). This copy survives that:
+        // the AFD poll completes with LOCAL_CLOSE and the backend forgets the socket
+        // (`iocp::PacketUnwrapped::feed_event`, the fix herdless carries), touching no memory
+        // of it.
+        unsafe { self.poller.add(socket, interest, PollMode::Level) }
     }
 
-    pub(crate) fn delete(&self, socket: impl AsSocket) -> io::Result<()> {
-        self.poller.delete(socket.as_socket())
+    /// Deletes socket `socket`, known by number: the error of a socket closed since it was
+    /// added.
+    pub(crate) fn delete_raw(&self, socket: RawSocket) -> io::Result<()> {
+        // SAFETY: the borrow lives for this call only, and `iocp`'s delete only looks the
+        // number up in its own table of sockets (a closed one is an error, not a use).
+        self.poller
+            .delete(unsafe { std::os::windows::io::BorrowedSocket::borrow_raw(socket) })
     }
 
     /// Waits up to `timeout` (`None`: until an event or a notification); another thread

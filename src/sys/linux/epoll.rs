@@ -6,88 +6,121 @@
 //! handler that runs during the wait ends it with `EINTR`, handed back to the caller, which
 //! decides (the emulation ends the member's `wait` early, as `poll(2)` does).
 //!
-//! The instance and its entries go through nix's safe wrappers. The wait is libc's
-//! `epoll_wait` into a buffer of `libc::epoll_event`, read as the kernel wrote it: nix's
-//! `EpollEvent::events` checks the flags on every read, a branch to a panic that the optimizer
-//! must keep on each pass over the events (56 of the 2 124 user-space instructions of the
-//! emulation's one-event wait, read and consume: `docs/lab.md`). Errors are `std::io::Error`s
-//! that keep the kernel's error number (`crate::registry` names a refusal by it).
+//! Through rustix's safe wrappers: the instance, its entries and the wait, into a buffer of
+//! rustix's `Event`s read as the kernel wrote them (flags and datum copied out, no check on
+//! each read). Errors are `std::io::Error`s that keep the kernel's error number
+//! (`crate::registry` names a refusal by it).
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-use nix::sys::epoll::{EpollCreateFlags, EpollEvent};
+use rustix::event::epoll::{self, CreateFlags, Event, EventData};
 
-pub(crate) use nix::sys::epoll::EpollFlags as Flags;
+pub(crate) use rustix::event::epoll::EventFlags as Flags;
 
 /// One epoll instance; its descriptor is closed on drop and on `exec`.
 #[derive(Debug)]
 pub(crate) struct Epoll {
-    epoll: nix::sys::epoll::Epoll,
+    epoll: OwnedFd,
 }
 
 impl Epoll {
     /// A new, empty instance (`epoll_create1(EPOLL_CLOEXEC)`).
     pub(crate) fn new() -> io::Result<Epoll> {
-        let epoll = nix::sys::epoll::Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let epoll = epoll::create(CreateFlags::CLOEXEC)?;
         Ok(Epoll { epoll })
     }
 
-    /// Adds `fd` with `flags` (level-triggered unless they hold `EPOLLET`); its events carry
+    /// Adds `fd` with `flags` (level-triggered unless they hold `ET`); its events carry
     /// `data`. The kernel's entry belongs to `fd`'s open file, not to its number: it lives
     /// until deleted or until every descriptor of that file is closed.
     pub(crate) fn add(&self, fd: BorrowedFd<'_>, flags: Flags, data: u64) -> io::Result<()> {
-        Ok(self.epoll.add(fd, EpollEvent::new(flags, data))?)
+        Ok(epoll::add(
+            &self.epoll,
+            fd,
+            EventData::new_u64(data),
+            flags,
+        )?)
     }
 
     /// Deletes `fd`'s entry: `ENOENT` if `fd` names no entry's file (a number closed and
     /// reused since it was added, say), `EBADF` if the number is not open.
     pub(crate) fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        Ok(self.epoll.delete(fd)?)
+        Ok(epoll::delete(&self.epoll, fd)?)
     }
 
     /// Waits up to `timeout` (`None`: until an event) and puts what it found in `events`, in
-    /// place of what they held; returns how many. `Interrupted` if a signal handler ran.
+    /// place of what they held; returns how many. `Interrupted` if a signal handler ran. A
+    /// timeout is rounded up to the millisecond, so a wait never ends before it.
     pub(crate) fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
-        events.len = 0;
-        let ms = match timeout {
-            None => -1,
-            Some(t) => t
-                .as_nanos()
-                .div_ceil(1_000_000)
-                .min(libc::c_int::MAX as u128) as libc::c_int,
-        };
-        let max = events.list.len().min(libc::c_int::MAX as usize) as libc::c_int;
-        // SAFETY: the epoll descriptor is `self`'s, open while `self` is borrowed, and the
-        // buffer holds `max` events for the kernel to write.
-        let n = unsafe {
-            libc::epoll_wait(self.epoll.0.as_raw_fd(), events.list.as_mut_ptr(), max, ms)
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+        let max = events.list.len();
+        wait(self.epoll.as_fd(), events, max, timeout)
+    }
+}
+
+/// Waits on `epoll` (any epoll descriptor: the native backend keeps its own) up to `timeout`
+/// (`None`: until an event; rounded up to the millisecond, so a wait never ends before it) for
+/// at most `max` events (at least one, at most the buffer's capacity), put in `events` in place
+/// of what they held; returns how many. `Interrupted` if a signal handler ran.
+pub(crate) fn wait(
+    epoll: BorrowedFd<'_>,
+    events: &mut Events,
+    max: usize,
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
+    events.len = 0;
+    let timeout = timeout.map(|t| {
+        let ms = t
+            .as_nanos()
+            .div_ceil(1_000_000)
+            .min(libc::c_int::MAX as u128) as i64;
+        rustix::time::Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
         }
-        events.len = n as usize;
-        Ok(events.len)
+    });
+    let max = max.clamp(1, events.list.len());
+    events.len = epoll::wait(epoll, &mut events.list[..max], timeout.as_ref())?;
+    Ok(events.len)
+}
+
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
     }
 }
 
 /// The events one wait found, in a buffer kept from wait to wait: its capacity is the most
 /// one wait returns.
-#[derive(Debug)]
 pub(crate) struct Events {
     /// `capacity` slots for the kernel to fill, never fewer than one (`epoll_wait` refuses a
     /// buffer of none).
-    list: Vec<libc::epoll_event>,
+    list: Vec<Event>,
     /// How many of them the last wait filled.
     len: usize,
 }
 
+// SAFETY: an `Event`'s datum is a union of a `u64` and a pointer, which makes rustix's type
+// neither `Send` nor `Sync`; herdless only ever stores and reads `u64`s there (keys and
+// tokens, never a pointer), so the buffer is plain integers, safe to move to another thread.
+unsafe impl Send for Events {}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 impl Events {
     pub(crate) fn with_capacity(capacity: NonZeroUsize) -> Events {
+        let empty = Event {
+            flags: Flags::empty(),
+            data: EventData::new_u64(0),
+        };
         Events {
-            list: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.get()],
+            list: vec![empty; capacity.get()],
             len: 0,
         }
     }
@@ -104,12 +137,20 @@ impl Events {
         self.len == 0
     }
 
+    /// The datum and flags of event `i` of the last wait (`i` below its count).
+    pub(crate) fn get(&self, i: usize) -> (u64, Flags) {
+        let ev = &self.list[..self.len][i];
+        // (Copied out: the struct is packed on some targets.)
+        let (flags, data) = (ev.flags, ev.data);
+        (data.u64(), flags)
+    }
+
     /// Each event's datum and the flags it was reported with.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, Flags)> + '_ {
         self.list[..self.len].iter().map(|ev| {
             // (Copied out: the struct is packed on some targets.)
-            let (flags, data) = (ev.events, ev.u64);
-            (data, Flags::from_bits_retain(flags as libc::c_int))
+            let (flags, data) = (ev.flags, ev.data);
+            (data.u64(), flags)
         })
     }
 }
@@ -133,12 +174,12 @@ mod tests {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
         let mut events = Events::with_capacity(NonZeroUsize::new(4).unwrap());
-        epoll.add(a.as_fd(), Flags::EPOLLIN, 7).unwrap();
+        epoll.add(a.as_fd(), Flags::IN, 7).unwrap();
         assert_eq!(look(&epoll, &mut events), []);
         b.write_all(b"x").unwrap();
         // Level-triggered: reported by every wait until it is read.
         for _ in 0..2 {
-            assert_eq!(look(&epoll, &mut events), [(7, Flags::EPOLLIN)]);
+            assert_eq!(look(&epoll, &mut events), [(7, Flags::IN)]);
         }
         a.read_exact(&mut [0]).unwrap();
         assert_eq!(look(&epoll, &mut events), []);
@@ -156,7 +197,7 @@ mod tests {
         let mut ends = Vec::new();
         for key in 0..3 {
             let (a, b) = UnixStream::pair().unwrap();
-            epoll.add(a.as_fd(), Flags::EPOLLIN, key).unwrap();
+            epoll.add(a.as_fd(), Flags::IN, key).unwrap();
             ends.push(a);
             drop(b); // the peer hangs up: the entry reports readable and hung up
         }
@@ -165,16 +206,15 @@ mod tests {
         assert_eq!(epoll.wait(&mut events, None).unwrap(), 2);
         assert!(events
             .iter()
-            .all(|(key, flags)| key < 3 && flags == Flags::EPOLLIN | Flags::EPOLLHUP));
+            .all(|(key, flags)| key < 3 && flags == Flags::IN | Flags::HUP));
         events.clear();
         assert!(events.is_empty());
     }
 
     #[test]
     fn the_descriptor_is_closed_on_exec() {
-        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
         let epoll = Epoll::new().unwrap();
-        let flags = fcntl(epoll.epoll.0.as_raw_fd(), FcntlArg::F_GETFD).unwrap();
-        assert!(FdFlag::from_bits_retain(flags).contains(FdFlag::FD_CLOEXEC));
+        let flags = rustix::io::fcntl_getfd(&epoll).unwrap();
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
     }
 }

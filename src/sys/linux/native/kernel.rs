@@ -5,13 +5,17 @@
 //! its file holds the rotation and the turn rule.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+use rustix::event::epoll::{self, EventData, EventFlags};
+use rustix::pipe::{pipe_with, PipeFlags};
 
 use crate::error::{Error, Result};
 use crate::interest::Interest;
 use crate::registry;
+use crate::sys::unix::by_number;
 
 /// The epoll data value of the waiter's own wake-up eventfd (descriptors are never negative).
 pub(super) const WAKE_DATA: u64 = u64::MAX;
@@ -22,11 +26,8 @@ pub(crate) fn probe() -> std::result::Result<(), String> {
     PROBE
         .get_or_init(|| {
             let epoll = new_epoll().map_err(|e| format!("epoll_create1 failed: {e}"))?;
-            let mut fds = [0; 2];
-            syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))
-                .map_err(|e| format!("pipe2 failed: {e}"))?;
-            // SAFETY: pipe2 just returned these two descriptors; we own them from here.
-            let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+            let (r, _w) =
+                pipe_with(PipeFlags::CLOEXEC).map_err(|e| format!("pipe2 failed: {e}"))?;
             ctl(
                 &epoll,
                 libc::EPOLL_CTL_ADD,
@@ -48,11 +49,7 @@ pub(crate) fn probe() -> std::result::Result<(), String> {
 /// against 0.44 µs), and exact where (device, inode) is not (a pipe's two ends). Only for
 /// exclusive entries (a MOD of another would change it), and only where `mod_probe_works`.
 pub(super) fn entry_is_live(epoll: &OwnedFd, fd: RawFd) -> bool {
-    let mut ev = libc::epoll_event { events: 0, u64: 0 };
-    // SAFETY: a live epoll descriptor and a live event; the kernel refuses to modify an
-    // exclusive entry, so nothing changes.
-    let res = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
-    res == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+    ctl(epoll, libc::EPOLL_CTL_MOD, fd, 0, 0).is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
 }
 
 /// Does this kernel refuse an `EPOLL_CTL_MOD` of an exclusive entry with EINVAL, changing
@@ -63,12 +60,9 @@ pub(super) fn mod_probe_works() -> bool {
         let Ok(epoll) = new_epoll() else {
             return false;
         };
-        let mut fds = [0; 2];
-        if syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)).is_err() {
+        let Ok((r, _w)) = pipe_with(PipeFlags::CLOEXEC) else {
             return false;
-        }
-        // SAFETY: pipe2 just returned these two descriptors; we own them from here.
-        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        };
         let flags = epoll_flags(Interest::READABLE.exclusive());
         ctl(&epoll, libc::EPOLL_CTL_ADD, r.as_raw_fd(), flags, 0).is_ok()
             && entry_is_live(&epoll, r.as_raw_fd())
@@ -76,9 +70,7 @@ pub(super) fn mod_probe_works() -> bool {
 }
 
 pub(super) fn new_epoll() -> io::Result<OwnedFd> {
-    let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-    // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(epoll::create(epoll::CreateFlags::CLOEXEC)?)
 }
 
 /// The epoll flags of an interest: level-triggered, never a flag the kernel refuses with
@@ -100,6 +92,8 @@ pub(super) fn epoll_flags(interest: Interest) -> u32 {
     flags
 }
 
+/// One `epoll_ctl` (`op`: `EPOLL_CTL_ADD`, `_MOD` or `_DEL`) of a descriptor known by number
+/// (it may have been closed since it was registered: see `crate::sys::unix::by_number`).
 pub(super) fn ctl(
     epoll: &OwnedFd,
     op: libc::c_int,
@@ -107,11 +101,17 @@ pub(super) fn ctl(
     flags: u32,
     data: u64,
 ) -> io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: flags,
-        u64: data,
-    };
-    syscall!(epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev)).map(drop)
+    let fd = by_number(fd)?;
+    let (flags, data) = (
+        EventFlags::from_bits_retain(flags),
+        EventData::new_u64(data),
+    );
+    match op {
+        libc::EPOLL_CTL_ADD => epoll::add(epoll, fd, data, flags)?,
+        libc::EPOLL_CTL_MOD => epoll::modify(epoll, fd, data, flags)?,
+        _ => epoll::delete(epoll, fd)?,
+    }
+    Ok(())
 }
 
 /// Names the kernel's refusal of a descriptor.
@@ -133,15 +133,6 @@ pub(super) fn is_epoll(fd: RawFd) -> bool {
         .unwrap_or(false)
 }
 
-/// Monotonic nanoseconds, comparable across the processes of a group.
-pub(super) fn monotonic_ns() -> u64 {
-    // SAFETY: timespec is plain data, filled by clock_gettime.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid clock id and a pointer to a live timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Milliseconds left until `deadline` for epoll_wait, rounded up; -1 for none.
 pub(super) fn timeout_ms(deadline: Option<Instant>) -> libc::c_int {
     match deadline {
@@ -154,10 +145,15 @@ pub(super) fn timeout_ms(deadline: Option<Instant>) -> libc::c_int {
     }
 }
 
+/// A new eventfd (close-on-exec, non-blocking) at zero: a waiter's wake-up.
+pub(super) fn new_eventfd() -> io::Result<OwnedFd> {
+    use rustix::event::{eventfd, EventfdFlags};
+    Ok(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?)
+}
+
+/// Resets our own non-blocking eventfd to zero (nothing to do if it is zero already).
 pub(super) fn drain_eventfd(fd: &OwnedFd) {
-    let mut value = 0u64;
-    // SAFETY: reads 8 bytes into a live u64 from our own nonblocking eventfd.
-    unsafe { libc::read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+    let _ = rustix::io::read(fd, &mut [0u8; 8]);
 }
 
 /// Wakes one native waiter through its eventfd.
@@ -168,8 +164,7 @@ pub(crate) struct NativeNotifier {
 
 impl NativeNotifier {
     pub(crate) fn notify(&self) -> Result<()> {
-        let one = 1u64;
-        match syscall!(write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8)) {
+        match rustix::io::write(&*self.wake, &1u64.to_ne_bytes()).map_err(io::Error::from) {
             Ok(_) => Ok(()),
             // EAGAIN: the counter is full, so the waiter is woken already.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),

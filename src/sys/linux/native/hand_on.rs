@@ -14,10 +14,9 @@
 //! after the group's last rung member (a cursor in the shared header) whose bell is not rung
 //! already; the rung member looks at its exclusive descriptors with one zero-timeout `poll` and
 //! hands out what is ready, as if the kernel had woken it. Hand-ons go round the slots in turn,
-//! whoever rings: a ring to "the next idle member after the ringer" instead sent most rings to
-//! the member just past a run of busy ones (100 exec'd servers on one queue under load: one
-//! served 1 000–1 465 requests of 20 000 where the others served about 200, Jain 0.70–0.85 in 3
-//! runs of 10). The `poll` is paid only on `consumed` while another member is inside its wait (else
+//! whoever rings: a ring to "the next idle member after the ringer" would send most rings to
+//! the member just past a run of busy ones (`docs/lab.md`, "The figures behind two
+//! constants"). The `poll` is paid only on `consumed` while another member is inside its wait (else
 //! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
 //! (a member that comes back at once takes a backlog itself), on leave, and by the rung
 //! member. A member that dies (or exits without leaving) is found by the member watching its
@@ -28,13 +27,14 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use super::epoll::{ctl, monotonic_ns};
+use super::kernel::ctl;
 use super::NativeWaiter;
 use crate::doorbell::Doorbells;
 use crate::interest::Events;
-use crate::members::state;
+use crate::members::{first_in_ring, state};
 use crate::registry;
 use crate::shared::SharedState;
+use crate::sys::unix::{monotonic_ns, poll_now};
 
 /// A member that came back to `wait` this soon after its last `consumed` hands nothing on at
 /// its next `consumed`: it will take a backlog itself before a rung member could wake (a
@@ -52,31 +52,26 @@ pub(super) const BELL_DATA: u64 = u64::MAX - 1;
 /// its bell rung and not yet drained will look anyway.
 pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<u32>) -> bool {
     let high = shared.high();
-    if high == 0 {
-        return false;
-    }
     let cursor = &super::NativeHints::of(shared).ring_cursor;
-    let start = cursor.load(SeqCst);
-    for i in 0..high {
-        let m = (start + i) % high;
+    first_in_ring(high, cursor.load(SeqCst), |m| {
         if Some(m) == except {
-            continue;
+            return None;
         }
         let slot = shared.member(m);
         let life = slot.life();
         if life.state() != state::IDLE || slot.rung.load(SeqCst) != 0 {
-            continue;
+            return None;
         }
         if slot.rung.swap(1, SeqCst) != 0 {
-            continue; // another ringer came first
+            return None; // another ringer came first
         }
         bells.ring(m, life.generation());
         // A plain store: two ringers racing may leave it at either one's member, and either is
         // past a member just rung.
         cursor.store((m + 1) % high, SeqCst);
-        return true;
-    }
-    false
+        Some(())
+    })
+    .is_some()
 }
 
 impl NativeWaiter {
@@ -179,9 +174,7 @@ impl NativeWaiter {
         if fds.is_empty() {
             return false;
         }
-        // SAFETY: a live array of `fds.len()` pollfds, zero timeout.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-        if n <= 0 {
+        if poll_now(&mut fds).unwrap_or(0) == 0 {
             return false;
         }
         let mut any = false;

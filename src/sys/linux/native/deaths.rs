@@ -7,7 +7,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::epoll::ctl;
+use super::kernel::ctl;
 use super::NativeWaiter;
 use crate::ring;
 

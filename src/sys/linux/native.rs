@@ -25,7 +25,7 @@
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,19 +43,10 @@ fn token(fd: RawFd, gen: u64) -> u64 {
     registry::token(fd, gen)
 }
 
-/// Turns a `-1` return into the thread's `errno`.
-macro_rules! syscall {
-    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        // SAFETY: each call site passes valid descriptors and pointers to live buffers.
-        let res = unsafe { libc::$fn($($arg),*) };
-        if res == -1 { Err(std::io::Error::last_os_error()) } else { Ok(res) }
-    }};
-}
-
 mod deaths;
-mod epoll;
 mod hand_on;
 mod hints;
+mod kernel;
 mod registration;
 
 pub(crate) use deaths::OnDeath;
@@ -73,11 +64,15 @@ pub(crate) fn clear_out(shared: &SharedState, m: u32) {
 }
 use hand_on::BELL_DATA;
 
-use epoll::{
-    ctl, drain_eventfd, entry_is_live, mod_probe_works, monotonic_ns, new_epoll, timeout_ms,
+use crate::sys::unix::monotonic_ns;
+use kernel::{
+    ctl, drain_eventfd, entry_is_live, mod_probe_works, new_epoll, new_eventfd, timeout_ms,
     WAKE_DATA,
 };
-pub(crate) use epoll::{probe, NativeNotifier};
+pub(crate) use kernel::{probe, NativeNotifier};
+
+/// The most events one kernel wait returns.
+const EVENTS_PER_WAIT: std::num::NonZeroUsize = std::num::NonZeroUsize::new(256).unwrap();
 
 /// One registration of this waiter.
 #[derive(Clone, Copy)]
@@ -129,7 +124,7 @@ pub(crate) struct NativeWaiter {
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
-    buffer: Vec<libc::epoll_event>,
+    buffer: crate::sys::epoll::Events,
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
     total_handed: u64,
@@ -165,10 +160,8 @@ impl NativeWaiter {
         // block on one another's first asking (a futex wait: a kernel wake-up of their own).
         mod_probe_works();
         let epoll = new_epoll().map_err(|e| Error::io("creating the waiter's epoll", e))?;
-        let wake = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
-            .map_err(|e| Error::io("creating the waiter's eventfd", e))?;
-        // SAFETY: eventfd returned a fresh descriptor that nothing else owns.
-        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(wake) });
+        let wake =
+            Arc::new(new_eventfd().map_err(|e| Error::io("creating the waiter's eventfd", e))?);
         ctl(
             &epoll,
             libc::EPOLL_CTL_ADD,
@@ -187,7 +180,7 @@ impl NativeWaiter {
             exclusive: Vec::new(),
             next_gen: 1,
             rotate_pending: Vec::new(),
-            buffer: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+            buffer: crate::sys::epoll::Events::with_capacity(EVENTS_PER_WAIT),
             total_handed: 0,
             bells,
             bell: Some(bell),
@@ -376,7 +369,7 @@ impl NativeWaiter {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let max = self
             .registrations
-            .events_per_wait(events.room().min(self.buffer.len()));
+            .events_per_wait(events.room().min(self.buffer.capacity().get()));
         // A bell marked rung by a ringer that died before its write would silence it for good:
         // cleared before each wait (a ring on its way still arrives, and a second ring only
         // wakes this member for the same look).
@@ -393,17 +386,14 @@ impl NativeWaiter {
             if !looking {
                 NativeHints::of(&self.shared).set_waiting(self.me, true);
             }
-            let res = syscall!(epoll_wait(
-                self.epoll.as_raw_fd(),
-                self.buffer.as_mut_ptr(),
-                max as libc::c_int,
-                ms,
-            ));
+            // A whole number of milliseconds (`timeout_ms` rounded up): one `epoll_pwait`.
+            let timeout = u64::try_from(ms).ok().map(Duration::from_millis);
+            let res = crate::sys::epoll::wait(self.epoll.as_fd(), &mut self.buffer, max, timeout);
             if !looking {
                 NativeHints::of(&self.shared).set_waiting(self.me, false);
             }
             let n = match res {
-                Ok(n) => n as usize,
+                Ok(n) => n,
                 // A signal handler ran: the wait ends with no events, so that the caller sees
                 // the handler's flag at once (`Waiter::wait`).
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
@@ -427,8 +417,8 @@ impl NativeWaiter {
             let mut stale = false;
             let mut died = false;
             for i in 0..n {
-                let ev = self.buffer[i];
-                let (data, flags) = (ev.u64, ev.events);
+                let (data, flags) = self.buffer.get(i);
+                let flags = flags.bits();
                 if data == WAKE_DATA {
                     drain_eventfd(&self.wake);
                     notified = true;

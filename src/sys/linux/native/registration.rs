@@ -9,7 +9,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::epoll::{
+use super::kernel::{
     ctl, entry_is_live, epoll_flags, mod_probe_works, new_epoll, refusal, WAKE_DATA,
 };
 use super::{token, NativeWaiter, Registration};
@@ -218,12 +218,8 @@ impl NativeWaiter {
         // The new instance takes the old one's number (and the old instance, with every stale
         // entry in it, closes): the waiter's descriptor numbers stay what they were, so a
         // program that counts on the lowest free number (close, then open) sees no change.
-        syscall!(dup3(
-            epoll.as_raw_fd(),
-            self.epoll.as_raw_fd(),
-            libc::O_CLOEXEC
-        ))
-        .map_err(|e| Error::io("rebuilding the waiter's epoll", e))?;
+        rustix::io::dup3(&epoll, &mut self.epoll, rustix::io::DupFlags::CLOEXEC)
+            .map_err(|e| Error::io("rebuilding the waiter's epoll", e.into()))?;
         Ok(())
     }
 

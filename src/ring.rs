@@ -94,7 +94,7 @@ impl RingWatch {
 /// ENOSYS on a kernel without `pidfd_open` (before 5.3), EMFILE when no descriptor is left.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn open_process(pid: u32) -> Result<std::os::fd::OwnedFd, Option<i32>> {
-    use rustix::process::{pidfd_open, Pid, PidfdFlags};
-    let pid = Pid::from_raw(pid as i32).ok_or(Some(libc::EINVAL))?;
+    use rustix::process::{pidfd_open, PidfdFlags};
+    let pid = crate::sys::unix::process_id(pid).ok_or(Some(libc::EINVAL))?;
     pidfd_open(pid, PidfdFlags::empty()).map_err(|e| Some(e.raw_os_error()))
 }

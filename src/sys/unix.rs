@@ -113,10 +113,19 @@ pub(crate) fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `pid` as a process id the kernel could have given: `None` for 0 and for what no process id
+/// reaches (above `i32::MAX`: read from a damaged group's memory), which as a negative number
+/// would name a process group.
+pub(crate) fn process_id(pid: u32) -> Option<rustix::process::Pid> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+}
+
 /// Has process `pid` ended? (Signal 0: nothing is sent. A zombie not yet waited for still
 /// counts as there; a process of another user, `EPERM`, too.)
 pub(crate) fn process_gone(pid: u32) -> bool {
-    match rustix::process::Pid::from_raw(pid as i32) {
+    match process_id(pid) {
         Some(p) => rustix::process::test_kill_process(p) == Err(rustix::io::Errno::SRCH),
         None => false,
     }

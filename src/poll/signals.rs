@@ -25,92 +25,120 @@
 //! handlers run inside the kernel wait, which the Rust waiter reports as `Events::interrupted`,
 //! and `PollWaiter` answers that with `Error::Interrupted` too (`unless_interrupted`).
 
-use std::ffi::c_int;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::ffi::{c_int, c_ulong};
 
 /// A waiter's signalfd and the signal set it watches now.
 pub(crate) struct SignalWatch {
-    fd: OwnedFd,
-    watched: libc::sigset_t,
+    fd: SignalFd,
+    watched: Bits,
 }
 
-/// Sets start zeroed: glibc's sigemptyset and sigfillset write only the words the kernel uses,
-/// and the sets are compared word by word.
-fn empty_set() -> libc::sigset_t {
-    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
-    // SAFETY: sigemptyset initialises the set it is given.
-    unsafe { libc::sigemptyset(set.as_mut_ptr()) };
-    // SAFETY: initialised just above.
-    unsafe { set.assume_init() }
+/// A signal set as C's `sigset_t` holds it on Linux (glibc, musl and bionic alike): signal `n`
+/// is bit `(n - 1) % BITS` of word `(n - 1) / BITS`, words of an `unsigned long`. nix's
+/// `SigSet` makes the calls, but only knows the standard signals one by one (not the real-time
+/// ones, which a wait blocks and watches too): the sets are computed here, bit by bit.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Bits([c_ulong; WORDS]);
+
+const WORDS: usize = std::mem::size_of::<libc::sigset_t>() / std::mem::size_of::<c_ulong>();
+// sigset_t is a whole number of words, aligned no more strictly than one.
+const _: () = assert!(
+    std::mem::size_of::<libc::sigset_t>() % std::mem::size_of::<c_ulong>() == 0
+        && std::mem::align_of::<libc::sigset_t>() <= std::mem::align_of::<c_ulong>()
+);
+
+impl Bits {
+    const EMPTY: Bits = Bits([0; WORDS]);
+
+    fn of(set: &SigSet) -> Bits {
+        let mut bits = Bits::EMPTY;
+        *bits.as_sigset_mut() = *set.as_ref();
+        bits
+    }
+
+    /// The same memory as a `sigset_t`, for the calls that fill one.
+    fn as_sigset_mut(&mut self) -> &mut libc::sigset_t {
+        // SAFETY: sigset_t is plain data of exactly this size, aligned no more strictly than
+        // the words (asserted above), and any bit pattern is a valid value of either type; the
+        // borrow is unique and lives as long as `self`'s.
+        unsafe { &mut *(self as *mut Bits).cast::<libc::sigset_t>() }
+    }
+
+    fn to_set(mut self) -> SigSet {
+        let raw = *self.as_sigset_mut();
+        // SAFETY: an initialised sigset_t: a copy of one the C library or the kernel filled
+        // (`of`, `handler_pending_among`), with bits cleared (`minus`); nix asks no more.
+        unsafe { SigSet::from_sigset_t_unchecked(raw) }
+    }
+
+    fn has(&self, sig: c_int) -> bool {
+        let bit = (sig - 1) as usize;
+        let bits = c_ulong::BITS as usize;
+        sig >= 1 && bit / bits < WORDS && self.0[bit / bits] & (1 << (bit % bits)) != 0
+    }
+
+    /// The signals of `self` that are not in `other`.
+    fn minus(&self, other: &Bits) -> Bits {
+        let mut out = *self;
+        for (o, y) in out.0.iter_mut().zip(other.0) {
+            *o &= !y;
+        }
+        out
+    }
 }
 
 /// Every signal a wait may block: all but SIGKILL and SIGSTOP (which cannot be blocked) and the
 /// synchronous ones (a fault in this thread must be delivered at once). glibc's sigfillset
-/// already leaves out its own internal signals.
-fn catchable() -> libc::sigset_t {
-    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
-    // SAFETY: sigfillset initialises the set it is given.
-    unsafe { libc::sigfillset(set.as_mut_ptr()) };
-    // SAFETY: initialised just above.
-    let mut set = unsafe { set.assume_init() };
+/// (`SigSet::all`) already leaves out its own internal signals.
+fn catchable() -> SigSet {
+    let mut set = SigSet::all();
     for sig in [
-        libc::SIGKILL,
-        libc::SIGSTOP,
-        libc::SIGSEGV,
-        libc::SIGBUS,
-        libc::SIGILL,
-        libc::SIGFPE,
-        libc::SIGTRAP,
-        libc::SIGSYS,
+        Signal::SIGKILL,
+        Signal::SIGSTOP,
+        Signal::SIGSEGV,
+        Signal::SIGBUS,
+        Signal::SIGILL,
+        Signal::SIGFPE,
+        Signal::SIGTRAP,
+        Signal::SIGSYS,
     ] {
-        // SAFETY: a live set and a valid signal number.
-        unsafe { libc::sigdelset(&mut set, sig) };
+        set.remove(sig);
     }
     set
 }
 
-/// The signals of `a` that are not in `b` (sigset_t is a bit array on Linux: word by word).
-fn minus(a: &libc::sigset_t, b: &libc::sigset_t) -> libc::sigset_t {
-    let mut out = empty_set();
-    let (a, b) = (words(a), words(b));
-    for (o, (x, y)) in words_mut(&mut out).iter_mut().zip(a.iter().zip(b)) {
-        *o = x & !y;
-    }
-    out
-}
-
-fn same(a: &libc::sigset_t, b: &libc::sigset_t) -> bool {
-    words(a) == words(b)
-}
-
-const WORDS: usize = std::mem::size_of::<libc::sigset_t>() / std::mem::size_of::<u64>();
-// sigset_t is a whole number of u64 words, aligned as one.
-const _: () = assert!(
-    std::mem::size_of::<libc::sigset_t>() % 8 == 0
-        && std::mem::align_of::<libc::sigset_t>() >= std::mem::align_of::<u64>()
-);
-
-fn words(set: &libc::sigset_t) -> &[u64; WORDS] {
-    // SAFETY: sigset_t is plain data, a whole number of u64 words and aligned for them
-    // (asserted above); any bit pattern is a valid [u64; WORDS].
-    unsafe { &*(set as *const libc::sigset_t).cast::<[u64; WORDS]>() }
-}
-
-fn words_mut(set: &mut libc::sigset_t) -> &mut [u64; WORDS] {
-    // SAFETY: as in `words`; the borrow is unique.
-    unsafe { &mut *(set as *mut libc::sigset_t).cast::<[u64; WORDS]>() }
+fn io_error(e: nix::Error) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
 }
 
 /// The catchable signals the calling thread does not block now.
-fn unblocked_now() -> std::io::Result<libc::sigset_t> {
-    let mut current = empty_set();
-    // SAFETY: a NULL set reads the mask without changing it.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut current) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
+fn unblocked_now() -> std::io::Result<Bits> {
+    let current = SigSet::thread_get_mask().map_err(io_error)?;
+    Ok(Bits::of(&catchable()).minus(&Bits::of(&current)))
+}
+
+/// Is a signal of `watched` pending (for the calling thread or its process: `sigpending`) whose
+/// action is a handler (not SIG_DFL, not SIG_IGN)? Neither call is in nix (its `sigaction`
+/// always installs an action: this only reads them).
+fn handler_pending_among(watched: &Bits) -> bool {
+    let mut pending = Bits::EMPTY;
+    let mut action = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: sigpending only fills the live set it is given; sigaction with a NULL new action
+    // only reads the current one into the live struct, zeroed before (plain data: all-zero is
+    // a valid value), so it is initialised whether or not the call wrote it; signal numbers
+    // from 1 to SIGRTMAX.
+    unsafe {
+        libc::sigpending(pending.as_sigset_mut()) == 0
+            && (1..=max_signal()).any(|sig| {
+                pending.has(sig)
+                    && watched.has(sig)
+                    && libc::sigaction(sig, std::ptr::null(), action.as_mut_ptr()) == 0
+                    && ![libc::SIG_DFL, libc::SIG_IGN]
+                        .contains(&action.assume_init_ref().sa_sigaction)
+            })
     }
-    Ok(minus(&catchable(), &current))
 }
 
 fn max_signal() -> c_int {
@@ -125,16 +153,12 @@ impl SignalWatch {
     /// cost 70 000 to 90 000 kernel wake-ups per herd run; docs/c.md.)
     pub(crate) fn new() -> std::io::Result<SignalWatch> {
         let watched = unblocked_now()?;
-        // SAFETY: -1 asks for a new descriptor; the set is live.
-        let fd = unsafe { libc::signalfd(-1, &watched, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(SignalWatch {
-            // SAFETY: a descriptor signalfd just opened, owned by nobody else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            watched,
-        })
+        let fd = SignalFd::with_flags(
+            &watched.to_set(),
+            SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+        )
+        .map_err(io_error)?;
+        Ok(SignalWatch { fd, watched })
     }
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -142,30 +166,30 @@ impl SignalWatch {
         self.fd.as_fd()
     }
 
+    /// Points the signalfd at `watch` if it watches another set now.
+    fn watch(&mut self, watch: Bits) -> std::io::Result<()> {
+        if watch != self.watched {
+            self.fd.set_mask(&watch.to_set()).map_err(io_error)?;
+            self.watched = watch;
+        }
+        Ok(())
+    }
+
     /// Blocks, in the calling thread, every catchable signal it had not blocked, and points the
     /// signalfd at them; the guard puts the thread's mask back when dropped.
     pub(crate) fn block(&mut self) -> std::io::Result<Blocked> {
         let all = catchable();
-        let mut old = empty_set();
-        // SAFETY: live sets; changes only the calling thread's mask.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        let watch = minus(&all, &old);
+        let old = all
+            .thread_swap_mask(SigmaskHow::SIG_BLOCK)
+            .map_err(io_error)?;
+        let watch = Bits::of(&all).minus(&Bits::of(&old));
         // A thread that blocks every signal already (a worker of a server whose signals go to
         // a thread of their own) changed nothing: no second system call to put it back.
         let guard = Blocked {
             old,
-            changed: !same(&watch, &empty_set()),
+            changed: watch != Bits::EMPTY,
         };
-        if !same(&watch, &self.watched) {
-            // SAFETY: our live signalfd and a live set.
-            if unsafe { libc::signalfd(self.fd.as_raw_fd(), &watch, 0) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            self.watched = watch;
-        }
+        self.watch(watch)?;
         Ok(guard)
     }
 
@@ -174,48 +198,20 @@ impl SignalWatch {
     /// has since blocked a signal that is pending.
     pub(crate) fn refresh(&mut self) -> std::io::Result<()> {
         let watch = unblocked_now()?;
-        if !same(&watch, &self.watched) {
-            // SAFETY: our live signalfd and a live set.
-            if unsafe { libc::signalfd(self.fd.as_raw_fd(), &watch, 0) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            self.watched = watch;
-        }
-        Ok(())
+        self.watch(watch)
     }
 
     /// Is a watched signal pending whose action is a handler (not SIG_DFL, not SIG_IGN)?
     /// Asked while the signals are blocked: then putting the mask back runs that handler.
     pub(crate) fn handler_pending(&self) -> bool {
-        let mut pending = empty_set();
-        // SAFETY: fills a live set.
-        if unsafe { libc::sigpending(&mut pending) } != 0 {
-            return false;
-        }
-        (1..=max_signal()).any(|sig| {
-            // SAFETY: live sets, signal numbers in range.
-            let watched = unsafe {
-                libc::sigismember(&pending, sig) == 1 && libc::sigismember(&self.watched, sig) == 1
-            };
-            if !watched {
-                return false;
-            }
-            let mut action = MaybeUninit::<libc::sigaction>::zeroed();
-            // SAFETY: a NULL new action only reads the current one into a live struct.
-            if unsafe { libc::sigaction(sig, std::ptr::null(), action.as_mut_ptr()) } != 0 {
-                return false;
-            }
-            // SAFETY: sigaction filled it (and it was zeroed before).
-            let handler = unsafe { action.assume_init() }.sa_sigaction;
-            handler != libc::SIG_DFL && handler != libc::SIG_IGN
-        })
+        handler_pending_among(&self.watched)
     }
 }
 
 /// The calling thread's signal mask as it was before a blocking wait; put back on drop (which
 /// runs the handlers of the signals that came meanwhile).
 pub(crate) struct Blocked {
-    old: libc::sigset_t,
+    old: SigSet,
     /// Did `block` block anything the thread had not blocked?
     changed: bool,
 }
@@ -223,8 +219,7 @@ pub(crate) struct Blocked {
 impl Drop for Blocked {
     fn drop(&mut self) {
         if self.changed {
-            // SAFETY: restores the calling thread's own mask from a live set.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+            let _ = self.old.thread_set_mask();
         }
     }
 }
@@ -235,39 +230,33 @@ mod tests {
 
     #[test]
     fn the_wait_never_blocks_kill_stop_or_faults() {
-        let all = catchable();
+        let all = Bits::of(&catchable());
         for sig in [libc::SIGKILL, libc::SIGSTOP, libc::SIGSEGV, libc::SIGBUS] {
-            // SAFETY: a live set.
-            assert_eq!(unsafe { libc::sigismember(&all, sig) }, 0, "{sig}");
+            assert!(!all.has(sig), "{sig}");
         }
         for sig in [libc::SIGTERM, libc::SIGALRM, libc::SIGCHLD, libc::SIGUSR1] {
-            // SAFETY: a live set.
-            assert_eq!(unsafe { libc::sigismember(&all, sig) }, 1, "{sig}");
+            assert!(all.has(sig), "{sig}");
         }
+        // The bit arithmetic agrees with nix's (the C library's) view of each standard signal.
+        for sig in Signal::iterator() {
+            assert_eq!(all.has(sig as c_int), catchable().contains(sig), "{sig}");
+        }
+        assert!(all.has(libc::SIGRTMIN()) && all.has(max_signal()));
     }
 
     #[test]
     fn the_mask_is_put_back_and_the_signalfd_watches_what_was_not_blocked() {
         let mut watch = SignalWatch::new().unwrap();
-        let mut before = empty_set();
-        // SAFETY: reads the mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut before) };
+        let before = Bits::of(&SigSet::thread_get_mask().unwrap());
         {
             let _blocked = watch.block().unwrap();
-            // SAFETY: live set.
-            let watched = unsafe { libc::sigismember(&watch.watched, libc::SIGTERM) };
-            assert_eq!(watched, 1);
+            assert!(watch.watched.has(libc::SIGTERM));
         }
-        let mut after = empty_set();
-        // SAFETY: reads the mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut after) };
-        assert!(
-            same(&before, &after),
-            "{:x?} {:x?}",
-            words(&before),
-            words(&after)
-        );
-        assert!(same(&minus(&catchable(), &empty_set()), &catchable()));
-        assert!(same(&minus(&catchable(), &catchable()), &empty_set()));
+        let after = Bits::of(&SigSet::thread_get_mask().unwrap());
+        assert_eq!(before, after);
+        let all = Bits::of(&catchable());
+        assert_eq!(all.minus(&Bits::EMPTY), all);
+        assert_eq!(all.minus(&all), Bits::EMPTY);
+        assert_eq!(Bits::of(&all.to_set()), all);
     }
 }

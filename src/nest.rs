@@ -503,12 +503,24 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// with them blocked (a thread inherits its creator's mask): the loop's threads, not this one,
 /// run the program's signal handlers, and a handler never cuts the thread's wait short.
 fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
-    use nix::sys::signal::{SigSet, SigmaskHow};
+    use nix::sys::signal::{pthread_sigmask, SigmaskHow};
+    // The sets start zeroed on Linux (glibc's sigemptyset and sigfillset write only the words
+    // the kernel uses, leaving nix's others uninitialised: `poll::signals` makes them).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let (all, mut old) = (
+        crate::poll::signals::full().to_set(),
+        crate::poll::signals::Bits::EMPTY.to_set(),
+    );
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let (all, mut old) = (
+        nix::sys::signal::SigSet::all(),
+        nix::sys::signal::SigSet::empty(),
+    );
     // Changes only the calling thread's mask; the old one is put back below.
-    let old = SigSet::all().thread_swap_mask(SigmaskHow::SIG_BLOCK);
+    let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&all), Some(&mut old));
     let out = f();
-    if let Ok(old) = old {
-        let _ = old.thread_set_mask();
+    if blocked.is_ok() {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
     out
 }

@@ -25,7 +25,7 @@
 //! handlers run inside the kernel wait, which the Rust waiter reports as `Events::interrupted`,
 //! and `PollWaiter` answers that with `Error::Interrupted` too (`unless_interrupted`).
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::ffi::{c_int, c_ulong};
 
@@ -40,7 +40,7 @@ pub(crate) struct SignalWatch {
 /// `SigSet` makes the calls, but only knows the standard signals one by one (not the real-time
 /// ones, which a wait blocks and watches too): the sets are computed here, bit by bit.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Bits([c_ulong; WORDS]);
+pub(crate) struct Bits([c_ulong; WORDS]);
 
 const WORDS: usize = std::mem::size_of::<libc::sigset_t>() / std::mem::size_of::<c_ulong>();
 // sigset_t is a whole number of words, aligned no more strictly than one.
@@ -50,7 +50,7 @@ const _: () = assert!(
 );
 
 impl Bits {
-    const EMPTY: Bits = Bits([0; WORDS]);
+    pub(crate) const EMPTY: Bits = Bits([0; WORDS]);
 
     fn of(set: &SigSet) -> Bits {
         let mut bits = Bits::EMPTY;
@@ -66,17 +66,33 @@ impl Bits {
         unsafe { &mut *(self as *mut Bits).cast::<libc::sigset_t>() }
     }
 
-    fn to_set(mut self) -> SigSet {
+    pub(crate) fn to_set(mut self) -> SigSet {
         let raw = *self.as_sigset_mut();
-        // SAFETY: an initialised sigset_t: a copy of one the C library or the kernel filled
-        // (`of`, `handler_pending_among`), with bits cleared (`minus`); nix asks no more.
+        // SAFETY: an initialised sigset_t: every word was written (zeroed, then bits set or
+        // cleared here, or filled by the kernel); nix asks no more.
         unsafe { SigSet::from_sigset_t_unchecked(raw) }
     }
 
-    fn has(&self, sig: c_int) -> bool {
-        let bit = (sig - 1) as usize;
+    fn word_and_bit(sig: c_int) -> Option<(usize, c_ulong)> {
         let bits = c_ulong::BITS as usize;
-        sig >= 1 && bit / bits < WORDS && self.0[bit / bits] & (1 << (bit % bits)) != 0
+        let n = usize::try_from(sig).ok()?.checked_sub(1)?;
+        (n / bits < WORDS).then(|| (n / bits, 1 << (n % bits)))
+    }
+
+    fn add(&mut self, sig: c_int) {
+        if let Some((word, bit)) = Bits::word_and_bit(sig) {
+            self.0[word] |= bit;
+        }
+    }
+
+    fn remove(&mut self, sig: c_int) {
+        if let Some((word, bit)) = Bits::word_and_bit(sig) {
+            self.0[word] &= !bit;
+        }
+    }
+
+    fn has(&self, sig: c_int) -> bool {
+        Bits::word_and_bit(sig).is_some_and(|(word, bit)| self.0[word] & bit != 0)
     }
 
     /// The signals of `self` that are not in `other`.
@@ -89,20 +105,32 @@ impl Bits {
     }
 }
 
+/// What `sigfillset` gives, built from zero: every signal but the C library's own, those from
+/// 32 up to `SIGRTMIN()` (glibc's SIGCANCEL and SIGSETXID, musl's three). (glibc's
+/// sigemptyset and sigfillset write only the words the kernel uses, so nix's `SigSet::empty`
+/// and `SigSet::all` leave the others uninitialised: herdless makes its sets itself.)
+pub(crate) fn full() -> Bits {
+    let mut set = Bits::EMPTY;
+    for sig in (1..32).chain(libc::SIGRTMIN()..=max_signal()) {
+        set.add(sig);
+    }
+    set
+}
+
 /// Every signal a wait may block: all but SIGKILL and SIGSTOP (which cannot be blocked) and the
-/// synchronous ones (a fault in this thread must be delivered at once). glibc's sigfillset
-/// (`SigSet::all`) already leaves out its own internal signals.
-fn catchable() -> SigSet {
-    let mut set = SigSet::all();
+/// synchronous ones (a fault in this thread must be delivered at once), and the C library's
+/// own (as `full`).
+fn catchable() -> Bits {
+    let mut set = full();
     for sig in [
-        Signal::SIGKILL,
-        Signal::SIGSTOP,
-        Signal::SIGSEGV,
-        Signal::SIGBUS,
-        Signal::SIGILL,
-        Signal::SIGFPE,
-        Signal::SIGTRAP,
-        Signal::SIGSYS,
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
     ] {
         set.remove(sig);
     }
@@ -113,10 +141,19 @@ fn io_error(e: nix::Error) -> std::io::Error {
     std::io::Error::from_raw_os_error(e as i32)
 }
 
+/// Changes the calling thread's mask (`how` with `set`; none: only reads it) and returns the
+/// mask it had (in a set that starts empty: the kernel writes only the words it uses).
+pub(crate) fn change_mask(how: SigmaskHow, set: Option<&Bits>) -> std::io::Result<Bits> {
+    let mut old = Bits::EMPTY.to_set();
+    let set = set.map(|s| s.to_set());
+    nix::sys::signal::pthread_sigmask(how, set.as_ref(), Some(&mut old)).map_err(io_error)?;
+    Ok(Bits::of(&old))
+}
+
 /// The catchable signals the calling thread does not block now.
 fn unblocked_now() -> std::io::Result<Bits> {
-    let current = SigSet::thread_get_mask().map_err(io_error)?;
-    Ok(Bits::of(&catchable()).minus(&Bits::of(&current)))
+    let current = change_mask(SigmaskHow::SIG_BLOCK, None)?;
+    Ok(catchable().minus(&current))
 }
 
 /// Is a signal of `watched` pending (for the calling thread or its process: `sigpending`) whose
@@ -179,10 +216,8 @@ impl SignalWatch {
     /// signalfd at them; the guard puts the thread's mask back when dropped.
     pub(crate) fn block(&mut self) -> std::io::Result<Blocked> {
         let all = catchable();
-        let old = all
-            .thread_swap_mask(SigmaskHow::SIG_BLOCK)
-            .map_err(io_error)?;
-        let watch = Bits::of(&all).minus(&Bits::of(&old));
+        let old = change_mask(SigmaskHow::SIG_BLOCK, Some(&all))?;
+        let watch = all.minus(&old);
         // A thread that blocks every signal already (a worker of a server whose signals go to
         // a thread of their own) changed nothing: no second system call to put it back.
         let guard = Blocked {
@@ -211,7 +246,7 @@ impl SignalWatch {
 /// The calling thread's signal mask as it was before a blocking wait; put back on drop (which
 /// runs the handlers of the signals that came meanwhile).
 pub(crate) struct Blocked {
-    old: SigSet,
+    old: Bits,
     /// Did `block` block anything the thread had not blocked?
     changed: bool,
 }
@@ -219,7 +254,7 @@ pub(crate) struct Blocked {
 impl Drop for Blocked {
     fn drop(&mut self) {
         if self.changed {
-            let _ = self.old.thread_set_mask();
+            let _ = change_mask(SigmaskHow::SIG_SETMASK, Some(&self.old));
         }
     }
 }
@@ -227,34 +262,39 @@ impl Drop for Blocked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::signal::Signal;
 
     #[test]
     fn the_wait_never_blocks_kill_stop_or_faults() {
-        let all = Bits::of(&catchable());
+        let all = catchable();
         for sig in [libc::SIGKILL, libc::SIGSTOP, libc::SIGSEGV, libc::SIGBUS] {
             assert!(!all.has(sig), "{sig}");
         }
         for sig in [libc::SIGTERM, libc::SIGALRM, libc::SIGCHLD, libc::SIGUSR1] {
             assert!(all.has(sig), "{sig}");
         }
-        // The bit arithmetic agrees with nix's (the C library's) view of each standard signal.
-        for sig in Signal::iterator() {
-            assert_eq!(all.has(sig as c_int), catchable().contains(sig), "{sig}");
-        }
         assert!(all.has(libc::SIGRTMIN()) && all.has(max_signal()));
+        // The bits are the C library's: its sigismember (nix's `contains`) agrees; and `full`
+        // has every standard signal, as sigfillset.
+        for sig in Signal::iterator() {
+            assert_eq!(all.has(sig as c_int), all.to_set().contains(sig), "{sig}");
+            assert!(full().has(sig as c_int), "{sig}");
+        }
     }
 
     #[test]
     fn the_mask_is_put_back_and_the_signalfd_watches_what_was_not_blocked() {
         let mut watch = SignalWatch::new().unwrap();
-        let before = Bits::of(&SigSet::thread_get_mask().unwrap());
+        let before = change_mask(SigmaskHow::SIG_BLOCK, None).unwrap();
         {
             let _blocked = watch.block().unwrap();
             assert!(watch.watched.has(libc::SIGTERM));
+            let during = change_mask(SigmaskHow::SIG_BLOCK, None).unwrap();
+            assert!(during.has(libc::SIGTERM) && during.has(max_signal()));
         }
-        let after = Bits::of(&SigSet::thread_get_mask().unwrap());
+        let after = change_mask(SigmaskHow::SIG_BLOCK, None).unwrap();
         assert_eq!(before, after);
-        let all = Bits::of(&catchable());
+        let all = catchable();
         assert_eq!(all.minus(&Bits::EMPTY), all);
         assert_eq!(all.minus(&all), Bits::EMPTY);
         assert_eq!(Bits::of(&all.to_set()), all);

@@ -505,11 +505,11 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     use nix::sys::signal::{pthread_sigmask, SigmaskHow};
     // The sets start zeroed on Linux (glibc's sigemptyset and sigfillset write only the words
-    // the kernel uses, leaving nix's others uninitialised: `poll::signals` makes them).
+    // the kernel uses, leaving nix's others uninitialised: `sys::signals` makes them).
     #[cfg(any(target_os = "linux", target_os = "android"))]
     let (all, mut old) = (
-        crate::poll::signals::full().to_set(),
-        crate::poll::signals::Bits::EMPTY.to_set(),
+        crate::sys::signals::full().to_set(),
+        crate::sys::signals::Bits::EMPTY.to_set(),
     );
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     let (all, mut old) = (

@@ -21,7 +21,7 @@
 //! `poll(2)`. The consumed point is the thread's next call, or [`poll_consumed`].
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) mod signals;
+mod signals;
 
 pub(crate) mod identity;
 

@@ -42,6 +42,7 @@ cfg_if::cfg_if! {
     // native backend's kernel objects (its door bells) are left out with it.
     if #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))] {
         pub(crate) use linux::native;
+        pub(crate) use linux::signals;
     } else {
         pub(crate) mod unsupported;
         pub(crate) use unsupported as native;

@@ -9,3 +9,5 @@
 pub(crate) mod epoll;
 #[cfg(not(loom))]
 pub(crate) mod native;
+#[cfg(not(loom))]
+pub(crate) mod signals;

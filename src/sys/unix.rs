@@ -1,12 +1,15 @@
 //! What every Unix system gives herdless, each call wrapped once, through rustix where it has
 //! the call (its wrappers are safe: they take `BorrowedFd`s and slices, and return
 //! `std::io::Error`s that keep the kernel's error number) and through libc where it does not
-//! (byte-range record locks, `poll(2)` on numbers): descriptors known by number, a descriptor's
-//! file type and status flags, a look at readiness without waiting, record locks, shared
-//! mappings, the monotonic clock and whether a process is there.
+//! (byte-range record locks, `poll(2)` on numbers, `kcmp`, the user and group database):
+//! descriptors known by number, a descriptor's file type and status flags, `poll(2)` (a look at
+//! readiness without waiting, or a wait), whether two descriptors name one open file (Linux),
+//! record locks, whether a user is in a group, shared mappings, the monotonic clock and whether
+//! a process is there.
 //!
 //! The `unsafe` here is what no safe crate can promise for us: that a descriptor *number* the
-//! caller gave us names something open ([`by_number`]), a record lock's C struct, and the
+//! caller gave us names something open ([`by_number`]), the C calls and structs rustix does not
+//! wrap (`poll` on numbers, record locks, `kcmp`, `getpwuid_r` and `getgrouplist`), and the
 //! memory of a mapping ([`Mapping`]). Code above this module calls these and stays safe.
 
 use std::io;

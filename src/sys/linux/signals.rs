@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_ulong};
 /// `SigSet` makes the calls, but only knows the standard signals one by one (not the real-time
 /// ones, which a wait blocks and watches too): the sets are computed here, bit by bit.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(transparent)]
 pub(crate) struct Bits([c_ulong; WORDS]);
 
 const WORDS: usize = std::mem::size_of::<libc::sigset_t>() / std::mem::size_of::<c_ulong>();
@@ -22,6 +23,10 @@ const _: () = assert!(
 impl Bits {
     pub(crate) const EMPTY: Bits = Bits([0; WORDS]);
 
+    /// The bits of `set`, which must be one of herdless's own (every word written: made by
+    /// `to_set`, then filled by the kernel), not one of nix's `SigSet::empty`, `SigSet::all` or
+    /// `thread_get_mask`, whose words the C library or the kernel did not write are
+    /// uninitialised.
     pub(crate) fn of(set: &SigSet) -> Bits {
         let mut bits = Bits::EMPTY;
         *bits.as_sigset_mut() = *set.as_ref();
@@ -30,8 +35,8 @@ impl Bits {
 
     /// The same memory as a `sigset_t`, for the calls that fill one.
     fn as_sigset_mut(&mut self) -> &mut libc::sigset_t {
-        // SAFETY: sigset_t is plain data of exactly this size, aligned no more strictly than
-        // the words (asserted above), and any bit pattern is a valid value of either type; the
+        // SAFETY: `Bits` is its array of words (repr(transparent)), and sigset_t is plain data
+        // of exactly that size, aligned no more strictly than the words (asserted above), and any bit pattern is a valid value of either type; the
         // borrow is unique and lives as long as `self`'s.
         unsafe { &mut *(self as *mut Bits).cast::<libc::sigset_t>() }
     }

@@ -167,8 +167,7 @@ fn class_of(fd: RawFd, backend: Backend) -> Result<Option<Class>> {
     let anonymous = kind == libc::S_IFSOCK || kind == 0;
     #[allow(clippy::unnecessary_cast)] // uid_t, gid_t and mode_t differ between systems
     let (uid, gid, mode) = match anonymous {
-        // SAFETY: geteuid cannot fail.
-        true => (unsafe { libc::geteuid() } as u32, 0, 0o600),
+        true => (rustix::process::geteuid().as_raw(), 0, 0o600),
         false => (
             st.st_uid as u32,
             st.st_gid as u32,
@@ -464,8 +463,7 @@ fn trusted(class: &Class, name: &str, file: &File) -> Result<()> {
             gid.map_or("(none)".to_string(), |g| g.to_string())
         ));
     }
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() } as u32;
+    let me = rustix::process::geteuid().as_raw();
     let may_open = owner == 0
         || owner == me
         || owner == *uid
@@ -481,47 +479,7 @@ fn trusted(class: &Class, name: &str, file: &File) -> Result<()> {
 
 /// Is user `uid` a member of group `gid` (its primary group, or a supplementary one)?
 fn in_group(uid: u32, gid: u32) -> bool {
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: passwd is plain data; all-zero is a valid starting value.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found = std::ptr::null_mut();
-    // SAFETY: live buffers of the sizes given; `found` is set to `&mut pw` or NULL.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            uid as libc::uid_t,
-            &mut pw,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    if rc != 0 || found.is_null() {
-        return false;
-    }
-    #[allow(clippy::unnecessary_cast)]
-    if pw.pw_gid as u32 == gid {
-        return true;
-    }
-    let mut groups = vec![0 as libc::gid_t; 1024];
-    let mut n = groups.len() as libc::c_int;
-    // SAFETY: pw_name is the NUL-terminated name getpwuid_r wrote into `buf`; `groups` holds
-    // `n` entries.
-    #[cfg(any(target_os = "macos", target_os = "ios"))]
-    let rc = unsafe {
-        libc::getgrouplist(
-            pw.pw_name,
-            pw.pw_gid as libc::c_int,
-            groups.as_mut_ptr().cast(),
-            &mut n,
-        )
-    };
-    // SAFETY: as above.
-    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-    let rc = unsafe { libc::getgrouplist(pw.pw_name, pw.pw_gid, groups.as_mut_ptr(), &mut n) };
-    #[allow(clippy::unnecessary_cast)]
-    {
-        rc >= 0 && groups[..n.max(0) as usize].iter().any(|&g| g as u32 == gid)
-    }
+    crate::sys::unix::in_group(uid, gid)
 }
 
 #[cfg(test)]
@@ -560,8 +518,8 @@ mod tests {
 
     #[test]
     fn root_and_the_caller_are_members_of_their_own_primary_group() {
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
         assert!(in_group(uid, gid));
     }
 }

@@ -528,43 +528,44 @@ fn inspect(file: &File, size: u64, region: fn(&Settings) -> RegionSpec) -> Resul
         ))));
     }
     let mapping = map(file, size as usize)?;
-    // SAFETY: the mapping is at least a Header long (checked above), page-aligned, and lives
-    // while `p` is used; a Header is all atomics, for which any bytes are a valid value.
-    let p = unsafe { &(*mapping.as_ptr().cast::<shared::Header>()).preamble };
-    use std::sync::atomic::Ordering::SeqCst;
-    let magic = p.magic.load(SeqCst);
-    let verdict = if magic == 0 {
-        Err(Found::NotSetUp)
-    } else if magic != MAGIC {
-        Err(Found::Bad(Bad::Corrupt(
-            "no herdless magic word at its start".into(),
-        )))
-    } else if p.layout_version.load(SeqCst) != LAYOUT_VERSION {
-        Err(Found::Bad(Bad::Version(p.layout_version.load(SeqCst))))
-    } else {
-        match Settings::decode(
-            p.backend.load(SeqCst),
-            p.rotation.load(SeqCst),
-            p.capacity.load(SeqCst),
-            p.sources.load(SeqCst),
-        ) {
-            Err(field) => Err(Found::Bad(Bad::Corrupt(format!(
-                "its {field} is not valid"
-            )))),
-            Ok(settings) => {
-                let want = shared::size_for(settings.capacity, region(&settings).len) as u64;
-                if p.size.load(SeqCst) != want || size != want {
-                    Err(Found::Bad(Bad::Corrupt(format!(
-                        "{size} bytes (its header says {}), where {} members take {want}",
-                        p.size.load(SeqCst),
-                        settings.capacity
-                    ))))
-                } else {
-                    Ok(settings)
+    // The mapping is at least a Header long (checked above).
+    let (mapping, verdict) = shared::read_header(mapping, |header| {
+        let p = &header.preamble;
+        use std::sync::atomic::Ordering::SeqCst;
+        let magic = p.magic.load(SeqCst);
+        if magic == 0 {
+            Err(Found::NotSetUp)
+        } else if magic != MAGIC {
+            Err(Found::Bad(Bad::Corrupt(
+                "no herdless magic word at its start".into(),
+            )))
+        } else if p.layout_version.load(SeqCst) != LAYOUT_VERSION {
+            Err(Found::Bad(Bad::Version(p.layout_version.load(SeqCst))))
+        } else {
+            match Settings::decode(
+                p.backend.load(SeqCst),
+                p.rotation.load(SeqCst),
+                p.capacity.load(SeqCst),
+                p.sources.load(SeqCst),
+            ) {
+                Err(field) => Err(Found::Bad(Bad::Corrupt(format!(
+                    "its {field} is not valid"
+                )))),
+                Ok(settings) => {
+                    let want = shared::size_for(settings.capacity, region(&settings).len) as u64;
+                    if p.size.load(SeqCst) != want || size != want {
+                        Err(Found::Bad(Bad::Corrupt(format!(
+                            "{size} bytes (its header says {}), where {} members take {want}",
+                            p.size.load(SeqCst),
+                            settings.capacity
+                        ))))
+                    } else {
+                        Ok(settings)
+                    }
                 }
             }
         }
-    };
+    });
     match verdict {
         Ok(settings) => Ok(Found::Group(mapping, settings)),
         Err(found) => Ok(found),

@@ -36,7 +36,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -470,14 +470,13 @@ fn wait_readable(read: &File, deadline: Option<Instant>) -> io::Result<bool> {
                 .min(libc::c_int::MAX as u128) as libc::c_int
         }
     };
-    let mut pfd = libc::pollfd {
-        fd: read.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd of herdless's own descriptor.
-    match unsafe { libc::poll(&mut pfd, 1, ms) } {
-        -1 => Err(io::Error::last_os_error()),
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let timeout = (ms >= 0).then(|| Timespec {
+        tv_sec: (ms / 1000).into(),
+        tv_nsec: ((ms % 1000) * 1_000_000).into(),
+    });
+    let mut pfd = [PollFd::new(read, PollFlags::IN)];
+    match rustix::event::poll(&mut pfd, timeout.as_ref())? {
         0 => Ok(false),
         _ => Ok(true),
     }
@@ -485,34 +484,17 @@ fn wait_readable(read: &File, deadline: Option<Instant>) -> io::Result<bool> {
 
 /// A pipe, both ends close-on-exec and non-blocking: (read end, write end).
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
     #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-    {
-        // SAFETY: pipe2 writes two descriptors into the live array or fails.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == -1 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    let (read, write) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )?;
+    // No pipe2 here: the flags follow, as polling does on macOS.
     #[cfg(any(target_os = "macos", target_os = "ios"))]
-    {
-        // SAFETY: pipe writes two descriptors into the live array or fails. (No pipe2 here:
-        // the flags follow, as polling does on macOS.)
-        if unsafe { libc::pipe(fds.as_mut_ptr()) } == -1 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    // SAFETY: the system just returned these two descriptors, which nothing else owns.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = rustix::pipe::pipe()?;
     #[cfg(any(target_os = "macos", target_os = "ios"))]
     for fd in [&read, &write] {
-        // SAFETY: F_SETFD and F_SETFL on a live descriptor of our own.
-        let ok = unsafe {
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) != -1
-                && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) != -1
-        };
-        if !ok {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
+        rustix::fs::fcntl_setfl(fd, rustix::fs::OFlags::NONBLOCK)?;
     }
     Ok((read, write))
 }
@@ -521,19 +503,24 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// with them blocked (a thread inherits its creator's mask): the loop's threads, not this one,
 /// run the program's signal handlers, and a handler never cuts the thread's wait short.
 fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: sigset_t is plain data, filled by sigfillset and pthread_sigmask before use; the
-    // call changes only the calling thread's mask, and the old mask is put back below.
-    let (blocked, old) = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0;
-        (blocked, old)
-    };
+    use nix::sys::signal::{pthread_sigmask, SigmaskHow};
+    // The sets start zeroed on Linux (glibc's sigemptyset and sigfillset write only the words
+    // the kernel uses, leaving nix's others uninitialised: `sys::signals` makes them).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let (all, mut old) = (
+        crate::sys::signals::full().to_set(),
+        crate::sys::signals::Bits::EMPTY.to_set(),
+    );
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let (all, mut old) = (
+        nix::sys::signal::SigSet::all(),
+        nix::sys::signal::SigSet::empty(),
+    );
+    // Changes only the calling thread's mask; the old one is put back below.
+    let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&all), Some(&mut old));
     let out = f();
-    if blocked {
-        // SAFETY: puts back the mask read above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if blocked.is_ok() {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
     out
 }

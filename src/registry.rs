@@ -259,21 +259,10 @@ fn same_open_file(a: RawSource, b: RawSource, file: FileId) -> bool {
     if file.anonymous {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
-            const KCMP_FILE: libc::c_long = 0;
-            let pid = libc::c_long::from(std::process::id());
-            // SAFETY: kcmp (which rustix does not wrap) only compares two descriptor numbers
-            // of this process, passed as integers; a number that is not open gives EBADF.
-            let same = unsafe {
-                libc::syscall(
-                    libc::SYS_kcmp,
-                    pid,
-                    pid,
-                    KCMP_FILE,
-                    a as libc::c_long,
-                    b as libc::c_long,
-                )
-            };
-            return same == 0;
+            return matches!(
+                crate::sys::unix::same_open_file(std::process::id(), a, b),
+                Ok(true)
+            );
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         return false;

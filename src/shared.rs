@@ -142,7 +142,16 @@ struct Memory {
     /// The mapping `ptr` points into, which owns it.
     #[cfg(unix)]
     _mapping: crate::sys::unix::Mapping,
+    /// The heap memory `ptr` points into, which owns it.
+    #[cfg(not(unix))]
+    _heap: Vec<Line>,
 }
+
+/// 128 bytes of heap memory, 128-aligned, as zeroed atomics (any bytes are a valid value of
+/// every atomic the shared state lays over them).
+#[cfg(all(not(unix), not(loom)))]
+#[repr(C, align(128))]
+struct Line(#[allow(dead_code)] [std::sync::atomic::AtomicU64; 16]);
 #[cfg(loom)]
 struct Memory {
     header: Box<Header>,
@@ -178,11 +187,6 @@ pub(crate) fn size_for(capacity: usize, region_len: usize) -> usize {
     region_offset(capacity) + region_len.div_ceil(128) * 128
 }
 
-#[cfg(all(not(unix), not(loom)))]
-fn layout(size: usize) -> std::alloc::Layout {
-    std::alloc::Layout::from_size_align(size, 128).expect("shared state layout")
-}
-
 #[cfg(not(loom))]
 impl Memory {
     /// Maps `size` zeroed bytes of shared memory (all-zero atomics are valid); anonymous and
@@ -207,15 +211,20 @@ impl Memory {
     /// `size` zeroed bytes of heap memory (members are threads of one process here).
     #[cfg(not(unix))]
     fn new(size: usize) -> Result<Memory> {
-        // SAFETY: the layout has a non-zero size (the header is never empty).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout(size)) };
-        if ptr.is_null() {
-            return Err(Error::io(
+        let lines = size.div_ceil(128);
+        let mut heap = Vec::new();
+        heap.try_reserve_exact(lines).map_err(|_| {
+            Error::io(
                 "allocating the group's shared state",
                 std::io::ErrorKind::OutOfMemory.into(),
-            ));
-        }
-        Ok(Memory { ptr, size })
+            )
+        })?;
+        heap.resize_with(lines, || Line(Default::default()));
+        Ok(Memory {
+            ptr: heap.as_mut_ptr().cast::<u8>(),
+            size,
+            _heap: heap,
+        })
     }
 
     fn header(&self) -> &Header {
@@ -238,12 +247,20 @@ impl Memory {
     }
 }
 
-#[cfg(all(not(unix), not(loom)))]
-impl Drop for Memory {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with the same layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr, layout(self.size)) };
-    }
+/// Reads the header of `mapping` (a named group's object, at least a header long) with `f`;
+/// gives the mapping back.
+#[cfg(all(unix, not(loom)))]
+pub(crate) fn read_header<R>(
+    mapping: crate::sys::unix::Mapping,
+    f: impl FnOnce(&Header) -> R,
+) -> (crate::sys::unix::Mapping, R) {
+    assert!(
+        mapping.len() >= std::mem::size_of::<Header>(),
+        "a mapping shorter than a header"
+    );
+    let memory = Memory::of(mapping);
+    let read = f(memory.header());
+    (memory._mapping, read)
 }
 
 /// What the preamble says of a group: its backend, rotation, member count and (emulated) how
@@ -435,9 +452,13 @@ impl SharedState {
     /// [`RegionSpec`]. The backend alone reads it, through atomics.
     #[cfg(not(loom))]
     pub(crate) fn region(&self) -> (*const u8, usize) {
-        // SAFETY: `region_offset(capacity)` is within the mapping of `size_for(capacity,
-        // region_len)` bytes, and the region's `region_len` bytes follow it.
-        let start = unsafe { self.memory.ptr.add(region_offset(self.settings.capacity)) };
+        // `region_offset(capacity)` is within the memory of `size_for(capacity, region_len)`
+        // bytes, and the region's `region_len` bytes follow it: the pointer is in bounds (the
+        // backend that reads through it says why, `wrapping_add` asks nothing).
+        let start = self
+            .memory
+            .ptr
+            .wrapping_add(region_offset(self.settings.capacity));
         (start.cast_const(), self.region_len)
     }
 

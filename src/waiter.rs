@@ -660,8 +660,8 @@ impl Drop for Waiter {
             // waiter's thread is the parent's: there is none here).
             return;
         }
-        // SAFETY: taken once, here, and never used again.
-        let seat = unsafe { ManuallyDrop::take(&mut self.seat) };
+        // Taken once, here; what is left in its place holds nothing.
+        let seat = std::mem::replace(&mut *self.seat, Seat::Moving);
         // A nested waiter's thread ends first: the member is out of its wait when it leaves.
         let mut core = match seat {
             Seat::Here(core) => core,

@@ -22,9 +22,10 @@
 //!   (docs/c.md). Where kcmp is refused (a kernel without it), and elsewhere than Linux, these
 //!   files are told apart by device and inode only.
 
+use crate::sys::unix::Stat;
 use std::os::fd::RawFd;
 #[cfg(any(target_os = "linux", target_os = "android"))]
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// What a number named when it was registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,22 +62,12 @@ pub(crate) struct Tracker {
     pid: libc::pid_t,
 }
 
-pub(crate) fn fstat(fd: RawFd) -> Result<libc::stat, i32> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    // SAFETY: fstat reads the number and fills the live struct, or fails.
-    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
-    }
-    // SAFETY: filled by fstat (and zeroed before).
-    Ok(unsafe { st.assume_init() })
+pub(crate) fn fstat(fd: RawFd) -> Result<Stat, i32> {
+    crate::sys::unix::fstat(fd).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// Device and inode as u64 (their C types differ between systems: the casts are not no-ops
-/// everywhere).
 #[allow(clippy::unnecessary_cast)]
-fn dev_ino(st: &libc::stat) -> (u64, u64) {
+fn dev_ino(st: &Stat) -> (u64, u64) {
     (st.st_dev as u64, st.st_ino as u64)
 }
 
@@ -141,7 +132,7 @@ impl Tracker {
 
     /// Does a new one of this kind of file always get a new inode?
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn unique_inode(&mut self, st: &libc::stat) -> bool {
+    fn unique_inode(&mut self, st: &Stat) -> bool {
         match st.st_mode & libc::S_IFMT {
             libc::S_IFSOCK => true,
             libc::S_IFIFO => is_anonymous_pipe(st),
@@ -150,7 +141,7 @@ impl Tracker {
     }
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn unique_inode(&mut self, _st: &libc::stat) -> bool {
+    fn unique_inode(&mut self, _st: &Stat) -> bool {
         true
     }
 
@@ -159,17 +150,10 @@ impl Tracker {
     /// it, or no number is free.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn duplicate(&mut self, fd: RawFd) -> Option<OwnedFd> {
-        let mut copy = None;
-        for lowest in [1000, 100, 3] {
-            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor, owned below, or fails.
-            let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) };
-            if d >= 0 {
-                // SAFETY: a descriptor fcntl just opened, owned by nobody else.
-                copy = Some(unsafe { OwnedFd::from_raw_fd(d) });
-                break;
-            }
-        }
-        let copy = copy?;
+        let source = crate::sys::unix::by_number(fd).ok()?;
+        let copy = [1000, 100, 3]
+            .into_iter()
+            .find_map(|lowest| rustix::io::fcntl_dupfd_cloexec(source, lowest).ok())?;
         if self.kcmp_works.is_none() {
             // The waiter is used only in the process that joined: its pid, read once.
             self.pid = std::process::id() as libc::pid_t;
@@ -181,7 +165,7 @@ impl Tracker {
 
 /// Is this FIFO an anonymous pipe (on pipefs, the device of every `pipe()`), not a named FIFO?
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) fn is_anonymous_pipe(st: &libc::stat) -> bool {
+pub(crate) fn is_anonymous_pipe(st: &Stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFIFO && Some(dev_ino(st).0) == pipe_device()
 }
 
@@ -190,13 +174,7 @@ pub(crate) fn is_anonymous_pipe(st: &libc::stat) -> bool {
 fn pipe_device() -> Option<u64> {
     static DEVICE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     *DEVICE.get_or_init(|| {
-        let mut p = [0; 2];
-        // SAFETY: pipe2 fills the two-element array or fails.
-        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return None;
-        }
-        // SAFETY: two descriptors pipe2 just opened, owned here and closed on drop.
-        let (a, _b) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        let (a, _b) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
         fstat(a.as_raw_fd()).ok().map(|st| dev_ino(&st).0)
     })
 }
@@ -205,14 +183,6 @@ fn pipe_device() -> Option<u64> {
 /// kernel cannot say (EBADF: one is not open).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn kcmp_file(pid: libc::pid_t, a: RawFd, b: RawFd) -> Result<bool, i32> {
-    const KCMP_FILE: libc::c_int = 0;
-    // SAFETY: kcmp only compares two descriptors of our own process.
-    let r = unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a, b) };
-    match r {
-        0 => Ok(true),
-        1..=3 => Ok(false),
-        _ => Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)),
-    }
+    crate::sys::unix::same_open_file(pid as u32, a, b)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }

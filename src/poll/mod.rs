@@ -337,10 +337,12 @@ impl PollWaiter {
     /// registered is no error here: the registration is what goes.
     fn unregister(&mut self, fd: RawFd) -> Result<()> {
         self.forget(fd);
-        // SAFETY: used only as a number for this delete; a closed one is answered by the
-        // waiter (BadDescriptor or NotRegistered), ignored here. fd >= 0 (from the array's
-        // watched entries).
-        let source = unsafe { BorrowedFd::borrow_raw(fd) };
+        // Used only as a number for this delete; a closed one is answered by the waiter
+        // (BadDescriptor or NotRegistered), ignored here. (fd >= 0: from the array's watched
+        // entries.)
+        let Ok(source) = crate::sys::unix::by_number(fd) else {
+            return Ok(());
+        };
         match self.waiter.delete(&source) {
             Ok(()) | Err(Error::NotRegistered { .. } | Error::BadDescriptor { .. }) => Ok(()),
             Err(e) => Err(e),
@@ -388,9 +390,11 @@ impl PollWaiter {
                     }
                 },
             };
-            // SAFETY: fd >= 0 (only such entries are wanted); used as a number for this
-            // call's registration calls only, and a closed one is answered EBADF.
-            let source = unsafe { BorrowedFd::borrow_raw(fd) };
+            // Used as a number for this call's registration calls only; a closed one is
+            // answered EBADF.
+            let Ok(source) = crate::sys::unix::by_number(fd) else {
+                continue; // not reached: only entries with fd >= 0 are wanted
+            };
             let done = match known {
                 Some(old) if old.bits == bits => continue,
                 Some(old) => self
@@ -574,16 +578,7 @@ impl PollWaiter {
 /// What a zero-timeout poll() says of `fd` for the `events` asked: it sleeps in no wait
 /// queue, so it wakes nobody and herds nothing.
 fn probe(fd: RawFd, events: i16) -> i16 {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: events & (READ_BITS | WRITE_BITS | libc::POLLPRI),
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, zero timeout.
-    match unsafe { libc::poll(&mut pfd, 1, 0) } {
-        1 => pfd.revents,
-        _ => 0,
-    }
+    crate::sys::unix::poll_one_now(fd, events & (READ_BITS | WRITE_BITS | libc::POLLPRI))
 }
 
 /// Sets the `revents` of every entry of `fd` to what it asked for among `revents` (plus what
@@ -704,16 +699,17 @@ fn plain_poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> Result<usize
             .saturating_add(u128::from(t.subsec_nanos() % 1_000_000 != 0))
             .min(i32::MAX as u128) as libc::c_int,
     };
-    // SAFETY: PollFd is a pollfd (repr(transparent)); the slice is live and writable.
-    let n = unsafe { libc::poll(fds.as_mut_ptr().cast(), fds.len() as libc::nfds_t, ms) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EINTR) => Err(Error::Interrupted),
-            _ => Err(Error::io("poll", e)),
-        };
+    // A copy of the entries for the call (the array is the caller's entries, not a slice of
+    // `pollfd`s), their `revents` copied back.
+    let mut raw: Vec<libc::pollfd> = fds.iter().map(|p| p.raw).collect();
+    let n = crate::sys::unix::poll(&mut raw, ms).map_err(|e| match e.raw_os_error() {
+        Some(libc::EINTR) => Error::Interrupted,
+        _ => Error::io("poll", e),
+    })?;
+    for (pfd, r) in fds.iter_mut().zip(&raw) {
+        pfd.raw.revents = r.revents;
     }
-    Ok(n as usize)
+    Ok(n)
 }
 
 #[cfg(test)]

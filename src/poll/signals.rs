@@ -25,35 +25,21 @@
 //! handlers run inside the kernel wait, which the Rust waiter reports as `Events::interrupted`,
 //! and `PollWaiter` answers that with `Error::Interrupted` too (`unless_interrupted`).
 
-use std::ffi::c_int;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use crate::sys::signals::{change_mask, full, handler_pending_among, io_error, Bits};
+use nix::sys::signal::SigmaskHow;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 /// A waiter's signalfd and the signal set it watches now.
 pub(crate) struct SignalWatch {
-    fd: OwnedFd,
-    watched: libc::sigset_t,
-}
-
-/// Sets start zeroed: glibc's sigemptyset and sigfillset write only the words the kernel uses,
-/// and the sets are compared word by word.
-fn empty_set() -> libc::sigset_t {
-    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
-    // SAFETY: sigemptyset initialises the set it is given.
-    unsafe { libc::sigemptyset(set.as_mut_ptr()) };
-    // SAFETY: initialised just above.
-    unsafe { set.assume_init() }
+    fd: SignalFd,
+    watched: Bits,
 }
 
 /// Every signal a wait may block: all but SIGKILL and SIGSTOP (which cannot be blocked) and the
-/// synchronous ones (a fault in this thread must be delivered at once). glibc's sigfillset
-/// already leaves out its own internal signals.
-fn catchable() -> libc::sigset_t {
-    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
-    // SAFETY: sigfillset initialises the set it is given.
-    unsafe { libc::sigfillset(set.as_mut_ptr()) };
-    // SAFETY: initialised just above.
-    let mut set = unsafe { set.assume_init() };
+/// synchronous ones (a fault in this thread must be delivered at once), and the C library's
+/// own (as `full`).
+fn catchable() -> Bits {
+    let mut set = full();
     for sig in [
         libc::SIGKILL,
         libc::SIGSTOP,
@@ -64,57 +50,15 @@ fn catchable() -> libc::sigset_t {
         libc::SIGTRAP,
         libc::SIGSYS,
     ] {
-        // SAFETY: a live set and a valid signal number.
-        unsafe { libc::sigdelset(&mut set, sig) };
+        set.remove(sig);
     }
     set
 }
 
-/// The signals of `a` that are not in `b` (sigset_t is a bit array on Linux: word by word).
-fn minus(a: &libc::sigset_t, b: &libc::sigset_t) -> libc::sigset_t {
-    let mut out = empty_set();
-    let (a, b) = (words(a), words(b));
-    for (o, (x, y)) in words_mut(&mut out).iter_mut().zip(a.iter().zip(b)) {
-        *o = x & !y;
-    }
-    out
-}
-
-fn same(a: &libc::sigset_t, b: &libc::sigset_t) -> bool {
-    words(a) == words(b)
-}
-
-const WORDS: usize = std::mem::size_of::<libc::sigset_t>() / std::mem::size_of::<u64>();
-// sigset_t is a whole number of u64 words, aligned as one.
-const _: () = assert!(
-    std::mem::size_of::<libc::sigset_t>() % 8 == 0
-        && std::mem::align_of::<libc::sigset_t>() >= std::mem::align_of::<u64>()
-);
-
-fn words(set: &libc::sigset_t) -> &[u64; WORDS] {
-    // SAFETY: sigset_t is plain data, a whole number of u64 words and aligned for them
-    // (asserted above); any bit pattern is a valid [u64; WORDS].
-    unsafe { &*(set as *const libc::sigset_t).cast::<[u64; WORDS]>() }
-}
-
-fn words_mut(set: &mut libc::sigset_t) -> &mut [u64; WORDS] {
-    // SAFETY: as in `words`; the borrow is unique.
-    unsafe { &mut *(set as *mut libc::sigset_t).cast::<[u64; WORDS]>() }
-}
-
 /// The catchable signals the calling thread does not block now.
-fn unblocked_now() -> std::io::Result<libc::sigset_t> {
-    let mut current = empty_set();
-    // SAFETY: a NULL set reads the mask without changing it.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut current) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
-    }
-    Ok(minus(&catchable(), &current))
-}
-
-fn max_signal() -> c_int {
-    libc::SIGRTMAX()
+fn unblocked_now() -> std::io::Result<Bits> {
+    let current = change_mask(SigmaskHow::SIG_BLOCK, None)?;
+    Ok(catchable().minus(&current))
 }
 
 impl SignalWatch {
@@ -125,16 +69,12 @@ impl SignalWatch {
     /// cost 70 000 to 90 000 kernel wake-ups per herd run; docs/c.md.)
     pub(crate) fn new() -> std::io::Result<SignalWatch> {
         let watched = unblocked_now()?;
-        // SAFETY: -1 asks for a new descriptor; the set is live.
-        let fd = unsafe { libc::signalfd(-1, &watched, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(SignalWatch {
-            // SAFETY: a descriptor signalfd just opened, owned by nobody else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            watched,
-        })
+        let fd = SignalFd::with_flags(
+            &watched.to_set(),
+            SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+        )
+        .map_err(io_error)?;
+        Ok(SignalWatch { fd, watched })
     }
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -142,30 +82,28 @@ impl SignalWatch {
         self.fd.as_fd()
     }
 
+    /// Points the signalfd at `watch` if it watches another set now.
+    fn watch(&mut self, watch: Bits) -> std::io::Result<()> {
+        if watch != self.watched {
+            self.fd.set_mask(&watch.to_set()).map_err(io_error)?;
+            self.watched = watch;
+        }
+        Ok(())
+    }
+
     /// Blocks, in the calling thread, every catchable signal it had not blocked, and points the
     /// signalfd at them; the guard puts the thread's mask back when dropped.
     pub(crate) fn block(&mut self) -> std::io::Result<Blocked> {
         let all = catchable();
-        let mut old = empty_set();
-        // SAFETY: live sets; changes only the calling thread's mask.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        let watch = minus(&all, &old);
+        let old = change_mask(SigmaskHow::SIG_BLOCK, Some(&all))?;
+        let watch = all.minus(&old);
         // A thread that blocks every signal already (a worker of a server whose signals go to
         // a thread of their own) changed nothing: no second system call to put it back.
         let guard = Blocked {
             old,
-            changed: !same(&watch, &empty_set()),
+            changed: watch != Bits::EMPTY,
         };
-        if !same(&watch, &self.watched) {
-            // SAFETY: our live signalfd and a live set.
-            if unsafe { libc::signalfd(self.fd.as_raw_fd(), &watch, 0) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            self.watched = watch;
-        }
+        self.watch(watch)?;
         Ok(guard)
     }
 
@@ -174,48 +112,20 @@ impl SignalWatch {
     /// has since blocked a signal that is pending.
     pub(crate) fn refresh(&mut self) -> std::io::Result<()> {
         let watch = unblocked_now()?;
-        if !same(&watch, &self.watched) {
-            // SAFETY: our live signalfd and a live set.
-            if unsafe { libc::signalfd(self.fd.as_raw_fd(), &watch, 0) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            self.watched = watch;
-        }
-        Ok(())
+        self.watch(watch)
     }
 
     /// Is a watched signal pending whose action is a handler (not SIG_DFL, not SIG_IGN)?
     /// Asked while the signals are blocked: then putting the mask back runs that handler.
     pub(crate) fn handler_pending(&self) -> bool {
-        let mut pending = empty_set();
-        // SAFETY: fills a live set.
-        if unsafe { libc::sigpending(&mut pending) } != 0 {
-            return false;
-        }
-        (1..=max_signal()).any(|sig| {
-            // SAFETY: live sets, signal numbers in range.
-            let watched = unsafe {
-                libc::sigismember(&pending, sig) == 1 && libc::sigismember(&self.watched, sig) == 1
-            };
-            if !watched {
-                return false;
-            }
-            let mut action = MaybeUninit::<libc::sigaction>::zeroed();
-            // SAFETY: a NULL new action only reads the current one into a live struct.
-            if unsafe { libc::sigaction(sig, std::ptr::null(), action.as_mut_ptr()) } != 0 {
-                return false;
-            }
-            // SAFETY: sigaction filled it (and it was zeroed before).
-            let handler = unsafe { action.assume_init() }.sa_sigaction;
-            handler != libc::SIG_DFL && handler != libc::SIG_IGN
-        })
+        handler_pending_among(&self.watched)
     }
 }
 
 /// The calling thread's signal mask as it was before a blocking wait; put back on drop (which
 /// runs the handlers of the signals that came meanwhile).
 pub(crate) struct Blocked {
-    old: libc::sigset_t,
+    old: Bits,
     /// Did `block` block anything the thread had not blocked?
     changed: bool,
 }
@@ -223,8 +133,7 @@ pub(crate) struct Blocked {
 impl Drop for Blocked {
     fn drop(&mut self) {
         if self.changed {
-            // SAFETY: restores the calling thread's own mask from a live set.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+            let _ = change_mask(SigmaskHow::SIG_SETMASK, Some(&self.old));
         }
     }
 }
@@ -232,42 +141,43 @@ impl Drop for Blocked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::signals::max_signal;
+    use nix::sys::signal::Signal;
+    use std::ffi::c_int;
 
     #[test]
     fn the_wait_never_blocks_kill_stop_or_faults() {
         let all = catchable();
         for sig in [libc::SIGKILL, libc::SIGSTOP, libc::SIGSEGV, libc::SIGBUS] {
-            // SAFETY: a live set.
-            assert_eq!(unsafe { libc::sigismember(&all, sig) }, 0, "{sig}");
+            assert!(!all.has(sig), "{sig}");
         }
         for sig in [libc::SIGTERM, libc::SIGALRM, libc::SIGCHLD, libc::SIGUSR1] {
-            // SAFETY: a live set.
-            assert_eq!(unsafe { libc::sigismember(&all, sig) }, 1, "{sig}");
+            assert!(all.has(sig), "{sig}");
+        }
+        assert!(all.has(libc::SIGRTMIN()) && all.has(max_signal()));
+        // The bits are the C library's: its sigismember (nix's `contains`) agrees; and `full`
+        // has every standard signal, as sigfillset.
+        for sig in Signal::iterator() {
+            assert_eq!(all.has(sig as c_int), all.to_set().contains(sig), "{sig}");
+            assert!(full().has(sig as c_int), "{sig}");
         }
     }
 
     #[test]
     fn the_mask_is_put_back_and_the_signalfd_watches_what_was_not_blocked() {
         let mut watch = SignalWatch::new().unwrap();
-        let mut before = empty_set();
-        // SAFETY: reads the mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut before) };
+        let before = change_mask(SigmaskHow::SIG_BLOCK, None).unwrap();
         {
             let _blocked = watch.block().unwrap();
-            // SAFETY: live set.
-            let watched = unsafe { libc::sigismember(&watch.watched, libc::SIGTERM) };
-            assert_eq!(watched, 1);
+            assert!(watch.watched.has(libc::SIGTERM));
+            let during = change_mask(SigmaskHow::SIG_BLOCK, None).unwrap();
+            assert!(during.has(libc::SIGTERM) && during.has(max_signal()));
         }
-        let mut after = empty_set();
-        // SAFETY: reads the mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut after) };
-        assert!(
-            same(&before, &after),
-            "{:x?} {:x?}",
-            words(&before),
-            words(&after)
-        );
-        assert!(same(&minus(&catchable(), &empty_set()), &catchable()));
-        assert!(same(&minus(&catchable(), &catchable()), &empty_set()));
+        let after = change_mask(SigmaskHow::SIG_BLOCK, None).unwrap();
+        assert_eq!(before, after);
+        let all = catchable();
+        assert_eq!(all.minus(&Bits::EMPTY), all);
+        assert_eq!(all.minus(&all), Bits::EMPTY);
+        assert_eq!(Bits::of(&all.to_set()), all);
     }
 }

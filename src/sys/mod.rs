@@ -2,11 +2,12 @@
 //! the model), picked here with `cfg_if`:
 //!
 //! - `unix`: the calls every Unix system has, wrapped once (descriptors known by number,
-//!   `fstat`, `fcntl`, `poll(2)` without waiting, record locks, shared mappings, the clock,
-//!   whether a process is there); the rest of the crate calls these, not libc;
+//!   `fstat`, `fcntl`, `poll(2)`, `kcmp`, record locks, group membership, shared mappings, the
+//!   clock, whether a process is there); the rest of the crate calls these, not libc;
 //! - `linux`: epoll as herdless uses it (`linux::epoll`, the emulation's poller there) and the
 //!   native backend (`linux::native`: `EPOLLEXCLUSIVE` plus rotation, its eventfds, pidfds and
-//!   the region it keeps in the shared memory);
+//!   the region it keeps in the shared memory), and signal sets and masks (`linux::signals`,
+//!   through nix: a poll-shaped wait's and a nested waiter's thread's);
 //! - `unsupported`: the native backend where there is none (every other system, and the model
 //!   checker's build).
 //!
@@ -42,6 +43,7 @@ cfg_if::cfg_if! {
     // native backend's kernel objects (its door bells) are left out with it.
     if #[cfg(all(any(target_os = "linux", target_os = "android"), not(loom)))] {
         pub(crate) use linux::native;
+        pub(crate) use linux::signals;
     } else {
         pub(crate) mod unsupported;
         pub(crate) use unsupported as native;

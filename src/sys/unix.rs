@@ -1,12 +1,15 @@
 //! What every Unix system gives herdless, each call wrapped once, through rustix where it has
 //! the call (its wrappers are safe: they take `BorrowedFd`s and slices, and return
 //! `std::io::Error`s that keep the kernel's error number) and through libc where it does not
-//! (byte-range record locks, `poll(2)` on numbers): descriptors known by number, a descriptor's
-//! file type and status flags, a look at readiness without waiting, record locks, shared
-//! mappings, the monotonic clock and whether a process is there.
+//! (byte-range record locks, `poll(2)` on numbers, `kcmp`, the user and group database):
+//! descriptors known by number, a descriptor's file type and status flags, `poll(2)` (a look at
+//! readiness without waiting, or a wait), whether two descriptors name one open file (Linux),
+//! record locks, whether a user is in a group, shared mappings, the monotonic clock and whether
+//! a process is there.
 //!
 //! The `unsafe` here is what no safe crate can promise for us: that a descriptor *number* the
-//! caller gave us names something open ([`by_number`]), a record lock's C struct, and the
+//! caller gave us names something open ([`by_number`]), the C calls and structs rustix does not
+//! wrap (`poll` on numbers, record locks, `kcmp`, `getpwuid_r` and `getgrouplist`), and the
 //! memory of a mapping ([`Mapping`]). Code above this module calls these and stays safe.
 
 use std::io;
@@ -55,13 +58,44 @@ pub(crate) fn status_flags(fd: RawFd) -> io::Result<libc::c_int> {
 /// `poll(2)` with a zero timeout: fills each entry's `revents` and returns how many have any.
 /// Entries name descriptors by number; one that is not open comes back `POLLNVAL`.
 pub(crate) fn poll_now(fds: &mut [libc::pollfd]) -> io::Result<usize> {
+    poll(fds, 0)
+}
+
+/// `poll(2)` of entries that name descriptors by number (one that is not open comes back
+/// `POLLNVAL`, a negative one is left alone), waiting up to `timeout_ms` (-1: no limit).
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
     // SAFETY: the slice is live and writable for the call, and its length is the one passed;
     // poll(2) only reads the numbers and writes each entry's `revents`.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+/// Do descriptors `a` and `b` of process `pid` (the caller's own) name the same open file?
+/// (`kcmp(KCMP_FILE)`, which rustix does not wrap; `EBADF` if either number is not open.)
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn same_open_file(pid: u32, a: RawFd, b: RawFd) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let pid = libc::c_long::from(pid);
+    // SAFETY: kcmp only compares two descriptor numbers of a process, passed as integers,
+    // and touches no memory of ours; a number that is not open gives EBADF.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            pid,
+            pid,
+            KCMP_FILE,
+            libc::c_long::from(a),
+            libc::c_long::from(b),
+        )
+    };
+    match r {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 /// What one descriptor is ready for now (`poll(2)` of `events`, zero timeout): its `revents`,
@@ -105,6 +139,52 @@ pub(crate) fn record_lock(
         return Err(io::Error::last_os_error());
     }
     Ok(fl)
+}
+
+/// Is user `uid` a member of group `gid`: its primary group (`getpwuid_r`), or a supplementary
+/// one (`getgrouplist`, up to 1024 groups)? False if the user is unknown. (Neither call is in
+/// rustix.)
+pub(crate) fn in_group(uid: u32, gid: u32) -> bool {
+    // macOS spells group ids `int` here.
+    #[cfg(any(target_os = "macos", target_os = "ios"))]
+    type GroupId = libc::c_int;
+    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
+    type GroupId = libc::gid_t;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut groups = vec![0 as GroupId; 1024];
+    let mut n = groups.len() as libc::c_int;
+    // SAFETY: `passwd` is plain data, for which all-zero bytes are a valid value; getpwuid_r
+    // gets live buffers of the sizes given and sets `found` to `&mut pw` or NULL; on success
+    // `pw_name` is the NUL-terminated name it wrote into `buf` (alive until the end of the
+    // function), and getgrouplist writes at most `n` entries into `groups`, which holds `n`.
+    let rc = unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut found = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid as libc::uid_t,
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        );
+        if rc != 0 || found.is_null() {
+            return false;
+        }
+        #[allow(clippy::unnecessary_cast)]
+        if pw.pw_gid as u32 == gid {
+            return true;
+        }
+        libc::getgrouplist(
+            pw.pw_name,
+            pw.pw_gid as GroupId,
+            groups.as_mut_ptr(),
+            &mut n,
+        )
+    };
+    #[allow(clippy::unnecessary_cast)]
+    {
+        rc >= 0 && groups[..n.max(0) as usize].iter().any(|&g| g as u32 == gid)
+    }
 }
 
 /// Monotonic nanoseconds (`CLOCK_MONOTONIC`), comparable across the processes of a machine.

@@ -273,12 +273,14 @@ fn exec_workers_share_a_listener(backend: Backend) {
         read_exact(ready_r.as_raw_fd(), &mut tid);
         threads.push(i32::from_ne_bytes(tid));
     }
-    for tid in threads {
-        // The thread id is the process id of its own /proc/<id>/task/<id> entry too.
-        until_asleep(tid as u32, &[tid]);
-    }
+    // The thread id is the process id of its own /proc/<id>/task/<id> entry too.
+    let asleep: Vec<(u32, i32)> = threads.iter().map(|&t| (t as u32, t)).collect();
     let mut byte = [0u8; 1];
     for _ in 0..CONNECTIONS {
+        // Each connection once every worker is back in its wait: the turns are then the
+        // library's to give, however loaded the machine (a worker not yet back would lose its
+        // turn to the next one, as the kernel gives it).
+        herdless_fixtures::until_asleep(&asleep, std::time::Duration::from_secs(20)).unwrap();
         let mut c = TcpStream::connect(addr).unwrap();
         c.write_all(b"x").unwrap();
         c.read_exact(&mut byte).unwrap();

@@ -99,7 +99,11 @@ fn listener_accepts_across_processes(backend: Backend) {
     for &pid in &pids {
         until_asleep(pid as u32, &[pid]);
     }
+    let asleep: Vec<(u32, i32)> = pids.iter().map(|&p| (p as u32, p)).collect();
     for _ in 0..CONNECTIONS {
+        // Each connection once every worker is back in its wait: the turns are then the
+        // library's to give, however loaded the machine.
+        herdless_fixtures::until_asleep(&asleep, std::time::Duration::from_secs(20)).unwrap();
         let mut c = TcpStream::connect(addr).unwrap();
         c.write_all(b"x").unwrap();
         c.read_exact(&mut byte).unwrap(); // accepted and answered: the next one may go

@@ -254,32 +254,49 @@ pub fn open_mq_reader(name: &str) -> io::Result<OwnedFd> {
 fn open_deepest(name: &CString) -> io::Result<(OwnedFd, i64)> {
     let mut depth = 65536;
     loop {
-        // SAFETY: mq_attr is plain data.
-        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
-        attr.mq_maxmsg = depth as _;
-        attr.mq_msgsize = MESSAGE_BYTES as _;
-        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_NONBLOCK;
-        // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
-        let fd = unsafe {
-            libc::mq_open(
-                name.as_ptr(),
-                flags | libc::O_CLOEXEC,
-                0o600 as libc::mode_t,
-                &mut attr as *mut libc::mq_attr,
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
-            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, depth));
+        let flags = libc::O_RDONLY | libc::O_NONBLOCK;
+        match create_mq(name, depth, MESSAGE_BYTES, flags) {
+            Ok(fd) => return Ok((fd, depth)),
+            Err(e) if depth > 10 && is_too_deep(&e) => depth = (depth / 2).max(10),
+            Err(e) => return Err(e),
         }
-        let e = io::Error::last_os_error();
-        let too_deep = matches!(
-            e.raw_os_error(),
-            Some(libc::EINVAL) | Some(libc::EMFILE) | Some(libc::ENOMEM)
-        );
-        if !too_deep || depth <= 10 {
-            return Err(e);
-        }
-        depth = (depth / 2).max(10);
     }
+}
+
+/// Did `mq_open` refuse a queue for its depth (or for the memory its depth needs)?
+fn is_too_deep(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL) | Some(libc::EMFILE) | Some(libc::ENOMEM)
+    )
+}
+
+/// Creates queue `name`, which must not exist (`O_CREAT | O_EXCL`, mode 0600, close-on-exec),
+/// `depth` messages of `size` bytes deep, opened with `flags` (its access and `O_NONBLOCK`):
+/// the one `mq_open` that makes a queue, for the herd, `herd rpc` and `herd soak`.
+pub fn create_mq(
+    name: &std::ffi::CStr,
+    depth: i64,
+    size: usize,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    // SAFETY: mq_attr is plain data.
+    let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+    attr.mq_maxmsg = depth as _;
+    attr.mq_msgsize = size as _;
+    let flags = flags | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
+    let fd = unsafe {
+        libc::mq_open(
+            name.as_ptr(),
+            flags,
+            0o600 as libc::mode_t,
+            &mut attr as *mut libc::mq_attr,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

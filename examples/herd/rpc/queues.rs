@@ -166,25 +166,7 @@ fn create(name: &str, size: usize, access: libc::c_int) -> io::Result<OwnedFd> {
     let c = CString::new(name).map_err(io::Error::other)?;
     // SAFETY: a valid NUL-terminated name.
     unsafe { libc::mq_unlink(c.as_ptr()) };
-    // SAFETY: mq_attr is plain data.
-    let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
-    attr.mq_maxmsg = DEPTH as _;
-    attr.mq_msgsize = size as _;
-    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | access;
-    // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
-    let fd = unsafe {
-        libc::mq_open(
-            c.as_ptr(),
-            flags,
-            0o600 as libc::mode_t,
-            &mut attr as *mut libc::mq_attr,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::queue::create_mq(&c, DEPTH, size, access)
 }
 
 /// Opens the existing queue `name` with `flags` (close-on-exec).

@@ -31,30 +31,14 @@ impl ServiceQueue {
         let c_name = CString::new(name.clone()).map_err(io::Error::other)?;
         // SAFETY: a valid NUL-terminated name.
         unsafe { libc::mq_unlink(c_name.as_ptr()) };
-        // SAFETY: mq_attr is plain data.
-        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
-        attr.mq_maxmsg = DEPTH as _;
-        attr.mq_msgsize = REQUEST_BYTES as _;
-        let flags =
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC;
-        // SAFETY: a valid name, flags, mode and a pointer to a live mq_attr.
-        let fd = unsafe {
-            libc::mq_open(
-                c_name.as_ptr(),
-                flags,
-                0o600 as libc::mode_t,
-                &mut attr as *mut libc::mq_attr,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::queue::create_mq(
+            &c_name,
+            DEPTH,
+            REQUEST_BYTES,
+            libc::O_RDWR | libc::O_NONBLOCK,
+        )?;
         super::guard::remember(false, &name);
-        Ok(ServiceQueue {
-            name,
-            // SAFETY: mq_open returned a fresh descriptor (a queue descriptor is an fd on Linux).
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        Ok(ServiceQueue { name, fd })
     }
 
     /// The descriptor the client sends on.

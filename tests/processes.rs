@@ -16,11 +16,31 @@ use herdless::{Backend, Events, Group, Interest};
 
 fn pipe_turns_across_processes(backend: Backend) {
     let _one_at_a_time = one_fork_at_a_time();
+    // Turns: each message written once every member is back asleep, so the count is the
+    // library's and not the scheduler's.
+    let (out, _) = Turns::eight_members_settled(backend).processes(&[]);
+    out.report(&format!(
+        "{backend:?} 8 processes, each message once all sleep"
+    ));
+    out.assert_exactly_once(800);
+    for &c in &out.per_member {
+        assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
+    }
+    if backend == Backend::Emulated {
+        assert_eq!(out.empty_reads, 0, "{out:?}");
+    } else {
+        assert!(out.empty_reads < 8, "{out:?}");
+    }
+    // Back to back, the next message is written while the member that read the last one is
+    // still on its way back to its wait: it loses that turn, as the contract says, so how far
+    // turns hold depends on the machine's load. What is the library's: every message once,
+    // each member a real share, and (emulated) at most the leader's wake-up and the
+    // promotion's per message.
     let (out, _) = Turns::eight_members(backend).processes(&[]);
     out.report(&format!("{backend:?} 8 processes, back to back"));
     out.assert_exactly_once(800);
     for &c in &out.per_member {
-        assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
+        assert!(c >= 50, "a member took less than half its share: {out:?}");
     }
     if backend == Backend::Emulated {
         assert_eq!(out.empty_reads, 0, "{out:?}");

@@ -22,6 +22,7 @@ fn turns(backend: Backend, rotation: Rotation, gap: Option<Duration>) -> Turns {
         members: 8,
         messages: 800,
         gap,
+        settled: false,
     }
 }
 

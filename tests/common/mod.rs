@@ -133,6 +133,11 @@ pub struct Turns {
     pub members: usize,
     pub messages: u64,
     pub gap: Option<Duration>,
+    /// Processes only: each message is written once every live member is asleep in the
+    /// kernel again, so that turns depend on the library and not on how soon the scheduler
+    /// runs the member that just handled one (back to back, a member not yet back in its wait
+    /// loses its turn, as the contract says).
+    pub settled: bool,
 }
 
 /// The group of one run (`Turns::group`); a named one is removed when the run ends, once its
@@ -199,6 +204,15 @@ impl Turns {
             members: 8,
             messages: 800,
             gap: None,
+            settled: false,
+        }
+    }
+
+    /// The same, each message written once every member is asleep again.
+    pub fn eight_members_settled(backend: Backend) -> Turns {
+        Turns {
+            settled: true,
+            ..Turns::eight_members(backend)
         }
     }
 
@@ -382,6 +396,13 @@ impl Turns {
                 }
                 killed.push(victim);
                 just_killed = true;
+            }
+            if self.settled {
+                for (index, &pid) in pids.iter().enumerate() {
+                    if !killed.contains(&index) {
+                        until_asleep(pid as u32, &[pid]);
+                    }
+                }
             }
             let written = Instant::now();
             write_msg(tx.as_raw_fd(), i);

@@ -109,7 +109,7 @@ impl GroupBuilder {
     /// [`Group::remove`] removes the group once nobody uses it (and refuses while anyone
     /// does), [`Group::remove_forced`] in any case: a name is one group at a time.
     ///
-    /// A name is 1 to 245 characters (21 on macOS) of letters, digits, `.`, `_` and `-`; it
+    /// A name is 1 to 242 characters (18 on macOS) of letters, digits, `.`, `_` and `-`; it
     /// names the POSIX shared-memory object `/herdless.<name>` (on Linux, the file
     /// `/dev/shm/herdless.<name>`). Unix only.
     ///
@@ -269,7 +269,9 @@ fn named_group(
         trust,
     })?;
     let capacity = segment.shared.capacity() as usize;
-    let live = crate::liveness::Liveness::on_file(segment.file, capacity);
+    let mut lock_files = vec![segment.file];
+    lock_files.extend(segment.more_locks);
+    let live = crate::liveness::Liveness::on_files(lock_files, capacity);
     let inner = Arc::new(GroupInner::new(
         segment.shared,
         live,
@@ -318,6 +320,7 @@ fn remove_named(name: &str, in_use: crate::named::InUse) -> Result<()> {
         };
         Own {
             file: inner.live.file(),
+            more_locks: inner.live.more_files(),
             members: group
                 .stats()
                 .into_iter()

@@ -4,8 +4,11 @@
 //!
 //! The object is the group's shared state (`crate::shared`: the preamble, the header, the
 //! member slots) and also its liveness lock file (`crate::liveness`: byte n is member n's
-//! record lock), so a member's death is noticed by every process that opened the name. Two more
-//! lock bytes, far above the member bytes, guard the object's life:
+//! record lock), so a member's death is noticed by every process that opened the name. A group
+//! of more than `SLOTS_PER_FILE` (256) members has its later members' bytes in lock objects
+//! named after it (`/herdless.<name>~1`, `~2`, …: the kernel walks every lock of a file on each
+//! lock call), which its creator makes, every opener opens and a removal unlinks, all under the
+//! setup lock. Two more lock bytes, far above the member bytes, guard the object's life:
 //!
 //! - **setup** (`SETUP_BYTE`, a write lock held for a moment): every opener takes it before it
 //!   looks at the object, so a creator sets the group up, or re-makes it, with nobody looking,
@@ -43,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use crate::contract::{Backend, Origin, Rotation, MAX_MEMBERS_LIMIT};
 use crate::error::{Error, Result};
+use crate::liveness::files_for;
 use crate::shared::{
     self, RegionSpec, Settings, SharedState, LAYOUT_VERSION, MAGIC, REMOVED_MAGIC,
 };
@@ -63,14 +67,21 @@ const REMOVALS_IN_A_ROW: usize = 100;
 /// What the shared-memory object's name starts with (after the `/`).
 const PREFIX: &str = "herdless.";
 
+/// What a lock object's name adds to the group object's: `~` and its number (1 to 63).
+const LOCK_SUFFIX_LEN: usize = 3;
+
+/// The most lock objects a group has besides its object (16 384 members, 256 to a file).
+const MOST_LOCK_OBJECTS: usize = MAX_MEMBERS_LIMIT / crate::liveness::SLOTS_PER_FILE - 1;
+
 /// The longest name a group can have here: the platform's limit on a shared-memory object's
-/// name, less the `/` and [`PREFIX`] (macOS allows 31 characters in all).
+/// name, less the `/`, [`PREFIX`] and a lock object's suffix (macOS allows 31 characters in
+/// all).
 #[cfg(any(target_os = "macos", target_os = "ios"))]
-pub(crate) const MAX_NAME_LEN: usize = 31 - 1 - PREFIX.len();
-/// The longest name a group can have here (a file name's 255 bytes, less the `/` and
-/// [`PREFIX`]).
+pub(crate) const MAX_NAME_LEN: usize = 31 - 1 - PREFIX.len() - LOCK_SUFFIX_LEN;
+/// The longest name a group can have here (a file name's 255 bytes, less the `/`, [`PREFIX`]
+/// and a lock object's suffix).
 #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-pub(crate) const MAX_NAME_LEN: usize = 255 - 1 - PREFIX.len();
+pub(crate) const MAX_NAME_LEN: usize = 255 - 1 - PREFIX.len() - LOCK_SUFFIX_LEN;
 
 /// What a caller of [`open`] asks for.
 pub(crate) struct Request<'a> {
@@ -114,6 +125,8 @@ pub(crate) struct Create {
 pub(crate) struct Segment {
     pub shared: SharedState,
     pub file: File,
+    /// The group's lock objects after its object (none for up to 256 members), in order.
+    pub more_locks: Vec<File>,
     /// Whether the group was created, opened or re-made.
     pub origin: Origin,
 }
@@ -164,6 +177,8 @@ pub(crate) struct Own<'a> {
     /// descriptor of the object would drop every record lock the process holds on it (its
     /// open lock and its members' liveness locks).
     pub file: &'a File,
+    /// Its descriptors of the group's lock objects, for the same reason.
+    pub more_locks: &'a [File],
     /// Its live members (slot, process id): the locks of the process's own members are not
     /// seen by its own lock queries.
     pub members: Vec<(usize, u32)>,
@@ -175,7 +190,8 @@ pub(crate) struct Own<'a> {
 pub(crate) fn remove(name: &str, in_use: InUse, own: Option<Own<'_>>) -> Result<()> {
     let object = object_name(name)?;
     if let Some(own) = own {
-        if remove_object(name, &object, own.file, in_use, &own.members)? {
+        let locks = Some(own.more_locks);
+        if remove_object(name, &object, own.file, locks, in_use, &own.members)? {
             return Ok(());
         }
         // Another process removed the group this one has open, a moment ago: the name is
@@ -184,7 +200,7 @@ pub(crate) fn remove(name: &str, in_use: InUse, own: Option<Own<'_>>) -> Result<
     for _ in 0..REMOVALS_IN_A_ROW {
         let file = shm_open(&object, libc::O_RDWR | libc::O_CLOEXEC, 0)
             .map_err(|e| os_error(name, "opening the named group to remove it", e))?;
-        if remove_object(name, &object, &file, in_use, &[])? {
+        if remove_object(name, &object, &file, None, in_use, &[])? {
             return Ok(());
         }
         // Removed by another process between our shm_open and our setup lock: the name is
@@ -193,12 +209,15 @@ pub(crate) fn remove(name: &str, in_use: InUse, own: Option<Own<'_>>) -> Result<
     Err(removed_too_often(name))
 }
 
-/// Removes the object `file`, opened by the name `object`, with its setup lock held. False if
-/// it was marked removed already (by another remover) and the name no longer names it.
+/// Removes the object `file`, opened by the name `object`, with its setup lock held, and its
+/// lock objects (`more_locks`: this process's descriptors of them if it has the group open;
+/// otherwise they are opened by name here). False if it was marked removed already (by another
+/// remover) and the name no longer names it.
 fn remove_object(
     name: &str,
     object: &CString,
     file: &File,
+    more_locks: Option<&[File]>,
     in_use: InUse,
     own_members: &[(usize, u32)],
 ) -> Result<bool> {
@@ -213,11 +232,24 @@ fn remove_object(
     if in_use == InUse::Refuse {
         // Another process's members hold their liveness bytes; the caller's own are listed by
         // the caller. Nobody opens the group meanwhile: every opener takes the setup lock.
-        let mut members: Vec<(usize, u32)> = lock_holders(file, 0, MAX_MEMBERS_LIMIT as u64)?
-            .into_iter()
-            .map(|(byte, pid)| (byte as usize, pid))
-            .chain(own_members.iter().copied())
-            .collect();
+        let opened;
+        let more_locks = match more_locks {
+            Some(files) => files,
+            None => {
+                // This process has no group open under the name, so no lock of it is on these.
+                opened = open_existing_lock_objects(object)?;
+                &opened[..]
+            }
+        };
+        let mut members: Vec<(usize, u32)> = Vec::new();
+        for lock_file in std::iter::once(file).chain(more_locks) {
+            members.extend(
+                lock_holders(lock_file, 0, MAX_MEMBERS_LIMIT as u64)?
+                    .into_iter()
+                    .map(|(byte, pid)| (byte as usize, pid)),
+            );
+        }
+        members.extend(own_members.iter().copied());
         members.sort_unstable();
         members.dedup();
         let opened_by = lock_holders(file, OPEN_BYTE as u64, 1)?
@@ -240,6 +272,15 @@ fn remove_object(
             .map_err(|e| os_error(name, "marking the named group removed", e))?;
     }
     let previous = swap_magic(file, REMOVED_MAGIC)?;
+    // The lock objects' names first, while the name still names this object: a creator of
+    // the name's next group takes this object's setup lock (held here) before it makes its own.
+    if let Err(e) = unlink_lock_objects(object) {
+        swap_magic(file, previous)?;
+        if size < mark_room {
+            let _ = file.set_len(size);
+        }
+        return Err(os_error(name, "removing the named group's lock objects", e));
+    }
     if let Err(e) = rustix::shm::unlink(object.as_c_str()) {
         let e = io::Error::from(e);
         // Nothing changed after all: the mark (and the length) as they were.
@@ -268,6 +309,7 @@ fn finish_removal(file: &File, object: &CString) -> Result<bool> {
         .map_err(|e| Error::io("reading a removed named group's identity", e))?;
     if same {
         // Nobody else unlinks it meanwhile: a herdless unlink takes the setup lock we hold.
+        let _ = unlink_lock_objects(object);
         let _ = rustix::shm::unlink(object.as_c_str());
     }
     // (Closing `again` drops this process's locks on the object, the setup lock with them:
@@ -320,6 +362,13 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
         let setup = hold_setup(&file, req.name)?;
         match settle(req, &file)? {
             Settled::Group(shared, origin) => {
+                let count = files_for(shared.capacity() as usize) - 1;
+                let more_locks = match origin {
+                    Origin::Opened => open_lock_objects(req.name, &object, &file, count)?,
+                    Origin::Created | Origin::Remade => {
+                        make_lock_objects(req.name, &object, &file, count)?
+                    }
+                };
                 // Open for as long as the process keeps the file; then the setup is over.
                 lock(&file, libc::F_RDLCK as libc::c_short, OPEN_BYTE, 1)
                     .map_err(|e| Error::io("marking the named group open", e))?;
@@ -327,6 +376,7 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
                 return Ok(Segment {
                     shared,
                     file,
+                    more_locks,
                     origin,
                 });
             }
@@ -397,6 +447,112 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
         "opening the named group",
         io::Error::other("it was created and removed 100 times in a row"),
     ))
+}
+
+/// The name of the group object `object`'s lock object `k` (1 to [`MOST_LOCK_OBJECTS`]).
+fn lock_object_name(object: &CString, k: usize) -> CString {
+    let mut name = object.as_bytes().to_vec();
+    name.extend_from_slice(format!("~{k}").as_bytes());
+    CString::new(name).expect("no NUL: a checked name and digits")
+}
+
+/// With the setup lock of the group object `file` held, by its creator (or re-maker): makes
+/// its `count` lock objects, empty, with the object's owner group and mode, after unlinking any
+/// a group of the name left (an earlier, larger one that was re-made or whose removal died
+/// half-way). One another user planted is refused: the unlink fails.
+fn make_lock_objects(name: &str, object: &CString, file: &File, count: usize) -> Result<Vec<File>> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io("reading the named group's owner and mode", e))?;
+    let mode = meta.mode() & 0o777;
+    unlink_lock_objects(object)
+        .map_err(|e| os_error(name, "unlinking an earlier group's lock objects", e))?;
+    (1..=count)
+        .map(|k| {
+            let lock_name = lock_object_name(object, k);
+            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+            let made = shm_open(&lock_name, flags, mode)
+                .and_then(|f| {
+                    rustix::fs::fchmod(&f, Mode::from_bits_truncate(mode as _))?;
+                    if std::os::unix::fs::MetadataExt::gid(&f.metadata()?) != meta.gid() {
+                        give_group(&f, meta.gid(), mode)?;
+                    }
+                    Ok(f)
+                })
+                .map_err(|e| os_error(name, "making the named group's lock objects", e));
+            if made.is_err() {
+                let _ = unlink_lock_objects(object);
+            }
+            made
+        })
+        .collect()
+}
+
+/// With the setup lock of the group object `file` held: opens its `count` lock objects, each
+/// of which must be there and belong to the object's owner.
+fn open_lock_objects(name: &str, object: &CString, file: &File, count: usize) -> Result<Vec<File>> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = file
+        .metadata()
+        .map_err(|e| Error::io("reading the named group's owner", e))?
+        .uid();
+    let corrupt = |reason: String| Error::CorruptGroup {
+        name: name.to_owned(),
+        reason,
+    };
+    (1..=count)
+        .map(|k| {
+            let lock_name = lock_object_name(object, k);
+            let f = match shm_open(&lock_name, libc::O_RDWR | libc::O_CLOEXEC, 0) {
+                Ok(f) => f,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    return Err(corrupt(format!("its lock object {k} is missing")))
+                }
+                Err(e) => return Err(os_error(name, "opening the named group's lock objects", e)),
+            };
+            let lock_owner = f
+                .metadata()
+                .map_err(|e| Error::io("reading a lock object's owner", e))?
+                .uid();
+            if lock_owner != owner {
+                return Err(corrupt(format!(
+                    "its lock object {k} belongs to user {lock_owner}, the group to user {owner}"
+                )));
+            }
+            Ok(f)
+        })
+        .collect()
+}
+
+/// The lock objects there are under the group object's name `object` (with the setup lock
+/// held, by a process that has no group of the name open): to list a removed group's members.
+fn open_existing_lock_objects(object: &CString) -> Result<Vec<File>> {
+    let mut files = Vec::new();
+    for k in 1..=MOST_LOCK_OBJECTS {
+        match shm_open(
+            &lock_object_name(object, k),
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        ) {
+            Ok(f) => files.push(f),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) => return Err(Error::io("opening the named group's lock objects", e)),
+        }
+    }
+    Ok(files)
+}
+
+/// Unlinks every lock object under the group object's name `object` (with its setup lock held).
+fn unlink_lock_objects(object: &CString) -> io::Result<()> {
+    for k in 1..=MOST_LOCK_OBJECTS {
+        match rustix::shm::unlink(lock_object_name(object, k).as_c_str()) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::NOENT => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Gives the new object `file` the owner group `gid`; where the caller may not (not a member of

@@ -399,7 +399,7 @@ unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
 /// made anew), and an existing
 /// one must have them (a backend of HERDLESS_BACKEND_AUTO takes the group's);
 /// herdless_group_origin says which it did. A second open of one name in a process returns the
-/// same group (unless it was removed meanwhile). A name is 1 to 245 characters (21 on macOS)
+/// same group (unless it was removed meanwhile). A name is 1 to 242 characters (18 on macOS)
 /// of letters, digits, '.', '_' and '-' (the POSIX shared-memory object /herdless.<name>).
 ///
 /// Returns HERDLESS_OK and the handle in `*out_group`; HERDLESS_ENULL if `name` or `out_group`

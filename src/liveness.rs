@@ -22,9 +22,11 @@ use crate::error::Result;
 
 /// How many slots' bytes one lock file holds. A lock call on a file with k locks walks all k
 /// in the kernel (about 20 ns each here): 256 keeps that under a tenth of a join.
+#[cfg(all(unix, not(loom)))]
 pub(crate) const SLOTS_PER_FILE: usize = 256;
 
 /// How many lock files a group of `capacity` slots has.
+#[cfg(all(unix, not(loom)))]
 pub(crate) fn files_for(capacity: usize) -> usize {
     capacity.div_ceil(SLOTS_PER_FILE).max(1)
 }

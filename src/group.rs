@@ -269,9 +269,12 @@ fn named_group(
         trust,
     })?;
     let capacity = segment.shared.capacity() as usize;
-    let mut lock_files = vec![segment.file];
-    lock_files.extend(segment.more_locks);
-    let live = crate::liveness::Liveness::on_files(lock_files, capacity);
+    let object = crate::named::object_name(name)?;
+    let live = crate::liveness::Liveness::on_named(
+        segment.file,
+        capacity,
+        (crate::named::open_lock_object, object),
+    );
     let inner = Arc::new(GroupInner::new(
         segment.shared,
         live,
@@ -312,24 +315,31 @@ fn remove_named(name: &str, in_use: crate::named::InUse) -> Result<()> {
     use crate::named::{self, Own};
     let mut open = NAMED.lock().unwrap_or_else(|e| e.into_inner());
     let here = open_here(&mut open, name);
-    let own = here.as_ref().map(|inner| {
-        let me = std::process::id();
-        let group = Group {
-            inner: inner.clone(),
-            origin: Origin::Opened,
-        };
-        Own {
-            file: inner.live.file(),
-            more_locks: inner.live.more_files(),
-            members: group
+    match &here {
+        None => named::remove(name, in_use, None)?,
+        Some(inner) => {
+            let me = std::process::id();
+            let group = Group {
+                inner: inner.clone(),
+                origin: Origin::Opened,
+            };
+            // Counted before the lock files are held still (a liveness check may open one).
+            let members = group
                 .stats()
                 .into_iter()
                 .filter(|m| m.alive && m.pid == me)
                 .map(|m| (m.member, m.pid))
-                .collect(),
+                .collect();
+            inner.live.with_files(|more_locks| {
+                let own = Own {
+                    file: inner.live.file(),
+                    more_locks,
+                    members,
+                };
+                named::remove(name, in_use, Some(own))
+            })?;
         }
-    });
-    named::remove(name, in_use, own)?;
+    }
     // This process's handles keep the removed group (and get GroupRemoved); the next open of
     // the name opens the group then under it.
     open.retain(|(n, _)| n != name);

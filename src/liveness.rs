@@ -16,7 +16,10 @@
 //! The kernel keeps one list of record locks per file and walks all of it on every lock call,
 //! so a file holds the bytes of at most [`SLOTS_PER_FILE`] slots: slot n's byte is byte n of
 //! lock file n / [`SLOTS_PER_FILE`], and a join costs the same in a group of 64 members and
-//! one of 16 384. A group of up to [`SLOTS_PER_FILE`] members has one lock file.
+//! one of 16 384. A group of up to [`SLOTS_PER_FILE`] members has one lock file. An anonymous
+//! group opens all of its files when it is built (forked members inherit them); a named group's
+//! later files are opened by name the first time the process needs one, so a process holds
+//! descriptors only for the files of the slots it touches.
 
 use crate::error::Result;
 
@@ -31,10 +34,26 @@ pub(crate) fn files_for(capacity: usize) -> usize {
     capacity.div_ceil(SLOTS_PER_FILE).max(1)
 }
 
+/// How a named group opens its lock file k (1 or more): by the group object's name, given the
+/// object (its first lock file), the name and k.
+#[cfg(all(unix, not(loom)))]
+pub(crate) type OpenLockFile = (
+    fn(&std::fs::File, &std::ffi::CStr, usize) -> std::io::Result<std::fs::File>,
+    std::ffi::CString,
+);
+
 #[cfg(all(unix, not(loom)))]
 pub(crate) struct Liveness {
-    /// The lock files: file k holds the bytes of slots k × [`SLOTS_PER_FILE`] onwards.
-    files: Box<[std::fs::File]>,
+    /// The lock files, each opened once in the process and kept: file k holds the bytes of
+    /// slots k × [`SLOTS_PER_FILE`] onwards.
+    files: Box<[std::sync::OnceLock<std::fs::File>]>,
+    /// How a named group opens its later files (None: an anonymous group, all open).
+    open_later: Option<OpenLockFile>,
+    /// The process whose thread opens a later file, or a removal looks at the files this
+    /// process has not opened (`with_files`), 0 when none: so that no file is opened twice in
+    /// the process (closing either descriptor would drop the process's locks on it). A child
+    /// made by `fork` while a thread of its parent held it takes it over.
+    opening: std::sync::atomic::AtomicU32,
     /// This process's holds of each byte: the count, and a busy bit while the kernel lock is
     /// being taken or dropped (so threads of the process agree on who calls fcntl).
     holds: Box<[std::sync::atomic::AtomicU32]>,
@@ -56,18 +75,38 @@ impl Liveness {
         let files = (0..files_for(capacity))
             .map(|_| unlinked_file())
             .collect::<Result<Vec<_>>>()?;
-        Ok(Liveness::on_files(files, capacity))
+        Ok(Liveness::with(files, None, capacity))
     }
 
-    /// The marks of a group whose lock files are `files` ([`files_for`] of them): a named
-    /// group's shared-memory object and its lock objects (`crate::named`), which every process
-    /// of the group opens by name. Only one descriptor of each may be open in a process:
-    /// closing any descriptor of a file drops every record lock the process holds on it
-    /// (`crate::group` keeps one open group per name and process).
-    pub(crate) fn on_files(files: Vec<std::fs::File>, capacity: usize) -> Liveness {
-        debug_assert_eq!(files.len(), files_for(capacity));
+    /// The marks of a named group of `capacity` members: its shared-memory object is lock file
+    /// 0, and `open_later` opens the others when first needed (`crate::named`). Only one
+    /// descriptor of each may be open in a process: closing any descriptor of a file drops
+    /// every record lock the process holds on it (`crate::group` keeps one open group per name
+    /// and process).
+    pub(crate) fn on_named(
+        object: std::fs::File,
+        capacity: usize,
+        open_later: OpenLockFile,
+    ) -> Liveness {
+        Liveness::with(vec![object], Some(open_later), capacity)
+    }
+
+    /// `files`: the first of the group's lock files (all of them without `open_later`).
+    fn with(
+        files: Vec<std::fs::File>,
+        open_later: Option<OpenLockFile>,
+        capacity: usize,
+    ) -> Liveness {
+        let slots: Vec<std::sync::OnceLock<std::fs::File>> = (0..files_for(capacity))
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
+        for (slot, file) in slots.iter().zip(files) {
+            let _ = slot.set(file);
+        }
         Liveness {
-            files: files.into_boxed_slice(),
+            files: slots.into_boxed_slice(),
+            open_later,
+            opening: std::sync::atomic::AtomicU32::new(0),
             holds: (0..capacity)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
@@ -79,12 +118,59 @@ impl Liveness {
     /// group locks through this descriptor (`crate::named::remove`: another one, once closed,
     /// would drop this process's locks on it).
     pub(crate) fn file(&self) -> &std::fs::File {
-        &self.files[0]
+        self.files[0]
+            .get()
+            .expect("lock file 0 is open from the start")
     }
 
-    /// The lock files after the first (a named group's lock objects), for the same reason.
-    pub(crate) fn more_files(&self) -> &[std::fs::File] {
-        &self.files[1..]
+    /// Runs `f` with the later lock files this process has open (None for one it has not),
+    /// while none is opened: a removal, which opens the others for a moment (this process
+    /// holds no lock on those).
+    pub(crate) fn with_files<T>(&self, f: impl FnOnce(&[Option<&std::fs::File>]) -> T) -> T {
+        let _opening = self.hold_opening();
+        let later: Vec<Option<&std::fs::File>> = self.files[1..].iter().map(|f| f.get()).collect();
+        f(&later)
+    }
+
+    /// Takes `opening` for this process's thread (waiting for another thread of the process).
+    fn hold_opening(&self) -> Opening<'_> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let me = std::process::id();
+        loop {
+            let seen = self.opening.load(SeqCst);
+            // Free, or held by the parent this process was forked from.
+            if seen != me
+                && self
+                    .opening
+                    .compare_exchange(seen, me, SeqCst, SeqCst)
+                    .is_ok()
+            {
+                return Opening(&self.opening);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Lock file `k`, opened now if this is its first use in the process.
+    fn lock_file(&self, k: usize) -> std::io::Result<&std::fs::File> {
+        let once = self
+            .files
+            .get(k)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        if let Some(file) = once.get() {
+            return Ok(file);
+        }
+        let open_later = self
+            .open_later
+            .as_ref()
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?;
+        let _opening = self.hold_opening();
+        if once.get().is_none() {
+            let (open, object) = open_later;
+            let _ = once.set(open(self.file(), object, k)?);
+        }
+        once.get()
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))
     }
 
     fn lock(
@@ -94,11 +180,8 @@ impl Liveness {
         cmd: libc::c_int,
     ) -> std::io::Result<libc::flock> {
         use std::os::fd::AsFd;
-        // A slot out of range comes from a damaged group's memory.
-        let file = self
-            .files
-            .get(slot as usize / SLOTS_PER_FILE)
-            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // A slot out of range (from a damaged group's memory) is EINVAL.
+        let file = self.lock_file(slot as usize / SLOTS_PER_FILE)?;
         crate::sys::unix::record_lock(file.as_fd(), cmd, kind, slot as libc::off_t, 1)
     }
 
@@ -199,6 +282,17 @@ impl Liveness {
     /// Has process `pid` ended? (a zombie not yet waited for still counts as there)
     pub(crate) fn process_gone(&self, pid: u32) -> bool {
         crate::sys::unix::process_gone(pid)
+    }
+}
+
+/// `Liveness::opening` held, let go when this goes.
+#[cfg(all(unix, not(loom)))]
+struct Opening<'a>(&'a std::sync::atomic::AtomicU32);
+
+#[cfg(all(unix, not(loom)))]
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

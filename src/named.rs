@@ -7,8 +7,9 @@
 //! record lock), so a member's death is noticed by every process that opened the name. A group
 //! of more than `SLOTS_PER_FILE` (256) members has its later members' bytes in lock objects
 //! named after it (`/herdless.<name>~1`, `~2`, …: the kernel walks every lock of a file on each
-//! lock call), which its creator makes, every opener opens and a removal unlinks, all under the
-//! setup lock. Two more lock bytes, far above the member bytes, guard the object's life:
+//! lock call). A process opens one when it first needs it, and makes it if nobody has (the
+//! header's `lock_objects` bits say which were made); a creator unlinks any an earlier group of
+//! the name left, and a removal unlinks them: all under the setup lock. Two more lock bytes, far above the member bytes, guard the object's life:
 //!
 //! - **setup** (`SETUP_BYTE`, a write lock held for a moment): every opener takes it before it
 //!   looks at the object, so a creator sets the group up, or re-makes it, with nobody looking,
@@ -35,7 +36,7 @@
 //! (`0600` unless a mode is given): a process that may write it may also truncate it under its
 //! members, which then fault.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
@@ -125,8 +126,6 @@ pub(crate) struct Create {
 pub(crate) struct Segment {
     pub shared: SharedState,
     pub file: File,
-    /// The group's lock objects after its object (none for up to 256 members), in order.
-    pub more_locks: Vec<File>,
     /// Whether the group was created, opened or re-made.
     pub origin: Origin,
 }
@@ -177,8 +176,9 @@ pub(crate) struct Own<'a> {
     /// descriptor of the object would drop every record lock the process holds on it (its
     /// open lock and its members' liveness locks).
     pub file: &'a File,
-    /// Its descriptors of the group's lock objects, for the same reason.
-    pub more_locks: &'a [File],
+    /// Its descriptors of the group's lock objects, for the same reason, for those it opened
+    /// (it opens no other while the removal runs: `Liveness::with_files`).
+    pub more_locks: &'a [Option<&'a File>],
     /// Its live members (slot, process id): the locks of the process's own members are not
     /// seen by its own lock queries.
     pub members: Vec<(usize, u32)>,
@@ -217,7 +217,7 @@ fn remove_object(
     name: &str,
     object: &CString,
     file: &File,
-    more_locks: Option<&[File]>,
+    more_locks: Option<&[Option<&File>]>,
     in_use: InUse,
     own_members: &[(usize, u32)],
 ) -> Result<bool> {
@@ -232,17 +232,12 @@ fn remove_object(
     if in_use == InUse::Refuse {
         // Another process's members hold their liveness bytes; the caller's own are listed by
         // the caller. Nobody opens the group meanwhile: every opener takes the setup lock.
-        let opened;
-        let more_locks = match more_locks {
-            Some(files) => files,
-            None => {
-                // This process has no group open under the name, so no lock of it is on these.
-                opened = open_existing_lock_objects(object)?;
-                &opened[..]
-            }
-        };
+        // The lock objects this process has not opened are opened for a moment: it holds no
+        // lock on them, so closing them drops nothing.
+        let opened = open_existing_lock_objects(object, more_locks.unwrap_or(&[]))?;
         let mut members: Vec<(usize, u32)> = Vec::new();
-        for lock_file in std::iter::once(file).chain(more_locks) {
+        let ours = more_locks.unwrap_or(&[]).iter().flatten().copied();
+        for lock_file in std::iter::once(file).chain(ours).chain(&opened) {
             members.extend(
                 lock_holders(lock_file, 0, MAX_MEMBERS_LIMIT as u64)?
                     .into_iter()
@@ -363,12 +358,12 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
         match settle(req, &file)? {
             Settled::Group(shared, origin) => {
                 let count = files_for(shared.capacity() as usize) - 1;
-                let more_locks = match origin {
-                    Origin::Opened => open_lock_objects(req.name, &object, &file, count)?,
-                    Origin::Created | Origin::Remade => {
-                        make_lock_objects(req.name, &object, &file, count)?
-                    }
-                };
+                if count > 0 && origin != Origin::Opened {
+                    // Nobody uses the name's lock objects: an earlier group's are unlinked.
+                    unlink_lock_objects(&object).map_err(|e| {
+                        os_error(req.name, "unlinking an earlier group's lock objects", e)
+                    })?;
+                }
                 // Open for as long as the process keeps the file; then the setup is over.
                 lock(&file, libc::F_RDLCK as libc::c_short, OPEN_BYTE, 1)
                     .map_err(|e| Error::io("marking the named group open", e))?;
@@ -376,7 +371,6 @@ pub(crate) fn open(req: &Request<'_>) -> Result<Segment> {
                 return Ok(Segment {
                     shared,
                     file,
-                    more_locks,
                     origin,
                 });
             }
@@ -456,87 +450,93 @@ fn lock_object_name(object: &CString, k: usize) -> CString {
     CString::new(name).expect("no NUL: a checked name and digits")
 }
 
-/// With the setup lock of the group object `file` held, by its creator (or re-maker): makes
-/// its `count` lock objects, empty, with the object's owner group and mode, after unlinking any
-/// a group of the name left (an earlier, larger one that was re-made or whose removal died
-/// half-way). One another user planted is refused: the unlink fails.
-fn make_lock_objects(name: &str, object: &CString, file: &File, count: usize) -> Result<Vec<File>> {
+/// Lock object `k` (1 to 63) of the group object `object` (`file`), for a process that needs
+/// it for the first time (`crate::liveness`), under the object's setup lock: opened by its name
+/// if the header says it was made (it must be there, and belong to the object's owner), made
+/// otherwise (empty, with the object's mode and owner group; one that is there already was not
+/// made by the group, and is refused). Refused too once the group was removed: the object is
+/// marked before its lock objects' names are unlinked, so one of the name's next group is never
+/// used.
+pub(crate) fn open_lock_object(file: &File, object: &CStr, k: usize) -> io::Result<File> {
     use std::os::unix::fs::MetadataExt;
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::io("reading the named group's owner and mode", e))?;
-    let mode = meta.mode() & 0o777;
-    unlink_lock_objects(object)
-        .map_err(|e| os_error(name, "unlinking an earlier group's lock objects", e))?;
-    (1..=count)
-        .map(|k| {
-            let lock_name = lock_object_name(object, k);
-            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-            let made = shm_open(&lock_name, flags, mode)
-                .and_then(|f| {
-                    rustix::fs::fchmod(&f, Mode::from_bits_truncate(mode as _))?;
-                    if std::os::unix::fs::MetadataExt::gid(&f.metadata()?) != meta.gid() {
-                        give_group(&f, meta.gid(), mode)?;
-                    }
-                    Ok(f)
-                })
-                .map_err(|e| os_error(name, "making the named group's lock objects", e));
-            if made.is_err() {
-                let _ = unlink_lock_objects(object);
-            }
-            made
-        })
-        .collect()
-}
-
-/// With the setup lock of the group object `file` held: opens its `count` lock objects, each
-/// of which must be there and belong to the object's owner.
-fn open_lock_objects(name: &str, object: &CString, file: &File, count: usize) -> Result<Vec<File>> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = file
-        .metadata()
-        .map_err(|e| Error::io("reading the named group's owner", e))?
-        .uid();
-    let corrupt = |reason: String| Error::CorruptGroup {
-        name: name.to_owned(),
-        reason,
-    };
-    (1..=count)
-        .map(|k| {
-            let lock_name = lock_object_name(object, k);
-            let f = match shm_open(&lock_name, libc::O_RDWR | libc::O_CLOEXEC, 0) {
-                Ok(f) => f,
+    use std::sync::atomic::Ordering::SeqCst;
+    let corrupt = |reason: String| io::Error::other(format!("the group is damaged: {reason}"));
+    if !(1..=MOST_LOCK_OBJECTS).contains(&k) {
+        return Err(corrupt(format!("no lock object {k}")));
+    }
+    let mut name = object.to_bytes().to_vec();
+    name.extend_from_slice(format!("~{k}").as_bytes());
+    let name = CString::new(name).map_err(io::Error::other)?;
+    let _setup = hold_setup(file, "").map_err(io::Error::from)?;
+    let meta = file.metadata()?;
+    if removed(file, meta.len()).map_err(io::Error::from)? {
+        return Err(io::Error::other("the group was removed"));
+    }
+    let header = std::mem::size_of::<shared::Header>();
+    if meta.len() < header as u64 {
+        return Err(corrupt("shorter than its header".into()));
+    }
+    let mapping = map(file, header).map_err(io::Error::from)?;
+    let (_mapping, lock) = shared::read_header(mapping, |h| {
+        let bit = 1u64 << (k - 1);
+        if h.lock_objects.load(SeqCst) & bit != 0 {
+            let lock = match shm_open(&name, libc::O_RDWR | libc::O_CLOEXEC, 0) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     return Err(corrupt(format!("its lock object {k} is missing")))
                 }
-                Err(e) => return Err(os_error(name, "opening the named group's lock objects", e)),
+                other => other?,
             };
-            let lock_owner = f
-                .metadata()
-                .map_err(|e| Error::io("reading a lock object's owner", e))?
-                .uid();
-            if lock_owner != owner {
+            let lock_owner = lock.metadata()?.uid();
+            if lock_owner != meta.uid() {
                 return Err(corrupt(format!(
-                    "its lock object {k} belongs to user {lock_owner}, the group to user {owner}"
+                    "its lock object {k} belongs to user {lock_owner}, the group to user {}",
+                    meta.uid()
                 )));
             }
-            Ok(f)
-        })
-        .collect()
+            return Ok(lock);
+        }
+        let mode = meta.mode() & 0o777;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+        let lock = match shm_open(&name, flags, mode) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                return Err(corrupt(format!(
+                    "a lock object {k} is there that the group did not make"
+                )))
+            }
+            other => other?,
+        };
+        let set_up = rustix::fs::fchmod(&lock, Mode::from_bits_truncate(mode as _))
+            .map_err(io::Error::from)
+            .and_then(|()| match lock.metadata()?.gid() == meta.gid() {
+                true => Ok(()),
+                false => give_group(&lock, meta.gid(), mode),
+            });
+        if let Err(e) = set_up {
+            let _ = rustix::shm::unlink(name.as_c_str());
+            return Err(e);
+        }
+        h.lock_objects.fetch_or(bit, SeqCst);
+        Ok(lock)
+    });
+    lock
 }
 
-/// The lock objects there are under the group object's name `object` (with the setup lock
-/// held, by a process that has no group of the name open): to list a removed group's members.
-fn open_existing_lock_objects(object: &CString) -> Result<Vec<File>> {
+/// The lock objects under the group object's name `object` that `ours` (this process's own
+/// descriptors, by number less one) does not have open (with the setup lock held): to list the
+/// members of a group being removed.
+fn open_existing_lock_objects(object: &CString, ours: &[Option<&File>]) -> Result<Vec<File>> {
     let mut files = Vec::new();
     for k in 1..=MOST_LOCK_OBJECTS {
+        if matches!(ours.get(k - 1), Some(Some(_))) {
+            continue;
+        }
         match shm_open(
             &lock_object_name(object, k),
             libc::O_RDWR | libc::O_CLOEXEC,
             0,
         ) {
             Ok(f) => files.push(f),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(Error::io("opening the named group's lock objects", e)),
         }
     }

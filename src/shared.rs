@@ -100,6 +100,9 @@ pub(crate) struct Header {
     /// Changes whenever a member joins, leaves or is reaped: a member that watches another's
     /// death looks for its neighbour again only when it changed (`crate::ring`).
     pub roster: AtomicU64,
+    /// A named group's lock objects made so far: bit k − 1 for lock object k
+    /// (`crate::named::open_lock_object`, under the setup lock).
+    pub lock_objects: AtomicU64,
 }
 
 /// What a backend keeps in the group's shared memory after the member slots: its size, and

@@ -9,7 +9,8 @@
 //! named after it (`/herdless.<name>~1`, `~2`, …: the kernel walks every lock of a file on each
 //! lock call). A process opens one when it first needs it, and makes it if nobody has (the
 //! header's `lock_objects` bits say which were made); a creator unlinks any an earlier group of
-//! the name left, and a removal unlinks them: all under the setup lock. Two more lock bytes, far above the member bytes, guard the object's life:
+//! the name left, and a removal unlinks them: all under the setup lock. Two more lock bytes,
+//! far above the member bytes, guard the object's life:
 //!
 //! - **setup** (`SETUP_BYTE`, a write lock held for a moment): every opener takes it before it
 //!   looks at the object, so a creator sets the group up, or re-makes it, with nobody looking,
@@ -444,8 +445,8 @@ fn open_object(req: &Request<'_>, object: &CString) -> Result<(File, bool)> {
 }
 
 /// The name of the group object `object`'s lock object `k` (1 to [`MOST_LOCK_OBJECTS`]).
-fn lock_object_name(object: &CString, k: usize) -> CString {
-    let mut name = object.as_bytes().to_vec();
+fn lock_object_name(object: &CStr, k: usize) -> CString {
+    let mut name = object.to_bytes().to_vec();
     name.extend_from_slice(format!("~{k}").as_bytes());
     CString::new(name).expect("no NUL: a checked name and digits")
 }
@@ -464,9 +465,7 @@ pub(crate) fn open_lock_object(file: &File, object: &CStr, k: usize) -> io::Resu
     if !(1..=MOST_LOCK_OBJECTS).contains(&k) {
         return Err(corrupt(format!("no lock object {k}")));
     }
-    let mut name = object.to_bytes().to_vec();
-    name.extend_from_slice(format!("~{k}").as_bytes());
-    let name = CString::new(name).map_err(io::Error::other)?;
+    let name = lock_object_name(object, k);
     let _setup = hold_setup(file, "").map_err(io::Error::from)?;
     let meta = file.metadata()?;
     if removed(file, meta.len()).map_err(io::Error::from)? {

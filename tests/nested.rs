@@ -195,8 +195,9 @@ fn run(setup: Setup) -> Run {
     }
     drop((stop_r, acks_w));
     // Every thread of every member asleep in its wait before the first message, and the member
-    // that read a message back in its wait before the next one: the turns and the counts are
-    // those of idle members, whatever the machine's load.
+    // that read a message back in its wait before the next one (naive: every member, since each
+    // message wakes them all): the turns and the counts are those of idle members, whatever the
+    // machine's load.
     let tids: Vec<Vec<i32>> = pids
         .iter()
         .map(|&pid| until_all_asleep(pid, 2 - usize::from(setup == Setup::Naive)))
@@ -208,7 +209,14 @@ fn run(setup: Setup) -> Run {
         let ack = u64::from_ne_bytes(ack);
         assert_eq!(ack & 0xffff_ffff, id);
         let m = (ack >> 32) as usize;
-        until_asleep(pids[m], &tids[m]);
+        match setup {
+            Setup::Naive => {
+                for (pid, tids) in pids.iter().zip(&tids) {
+                    until_asleep(*pid, tids);
+                }
+            }
+            Setup::Nested(_) => until_asleep(pids[m], &tids[m]),
+        }
     }
     drop(stop_w);
     let mut kernel_wakeups = 0;
@@ -474,11 +482,60 @@ fn a_hang_up_reaches_the_loop(backend: Backend) {
     }
 }
 
-/// Takes the wake-ups with nothing to take that a registration change leaves, until the loop
-/// no longer fires.
+/// Takes the wake-ups with nothing to take that a registration change leaves (`src/nest.rs`:
+/// one for the wait the change paused, and one more when the change met a wait that had just
+/// ended, whose notification ends the thread's next wait), until the waiter's thread sleeps in
+/// the kernel with the loop's descriptor not readable; at most 2 are allowed.
 fn settle(lp: &Loop, waiter: &mut Waiter) {
-    while lp.fired(0) {
-        assert_eq!(take_all(waiter, |_, e| panic!("unexpected {e:?}")), 0);
+    let mut taken = 0;
+    loop {
+        while lp.fired(0) {
+            assert_eq!(take_all(waiter, |_, e| panic!("unexpected {e:?}")), 0);
+            taken += 1;
+            assert!(
+                taken <= 2,
+                "{taken} wake-ups with nothing to take after one change"
+            );
+        }
+        // Asleep, a thread has no notification left to end its wait: its wait would have
+        // returned at once.
+        nest_threads_asleep();
+        if !lp.fired(0) {
+            return;
+        }
+    }
+}
+
+/// Waits until every nested waiter's thread of this process (`herdless-nest`) sleeps: in its
+/// kernel wait, or parked until its loop takes what it handed over.
+fn nest_threads_asleep() {
+    let state = |tid: &str| {
+        let stat =
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+        // The state follows the command name, in parentheses.
+        stat.rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next())
+            .map(str::to_owned)
+    };
+    let start = std::time::Instant::now();
+    loop {
+        let running = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|tid| {
+                std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+                    .is_ok_and(|c| c.trim() == "herdless-nest")
+            })
+            .any(|tid| state(&tid).is_some_and(|s| s != "S"));
+        if !running {
+            return;
+        }
+        assert!(
+            start.elapsed() < WAIT_BOUND,
+            "a nested waiter's thread never slept"
+        );
+        std::thread::yield_now();
     }
 }
 

@@ -15,7 +15,8 @@
  * request, then a RESULT line. The backend is the environment's HERDLESS_BACKEND (the servers
  * inherit it through the shell). Exit 0 only if every request was served exactly once.
  *
- * Usage: shared_servers [--servers N] [--requests M]
+ * Usage: shared_servers [--servers N] [--requests M] [--gap-us G]
+ *        (--gap-us: sleep G microseconds after each request; 0, the default, keeps a backlog)
  *        (the servers: shared_servers serve QUEUE REPORT_FIFO STOP_FIFO INDEX)
  */
 #ifndef _GNU_SOURCE
@@ -163,9 +164,11 @@ int main(int argc, char **argv) {
         return serve(argv[2], argv[3], argv[4], (uint32_t)atoi(argv[5]));
     int servers = 32;
     long requests = 10000;
+    long gap_us = 0; /* between two requests: 0 keeps a backlog in the queue */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--servers") == 0) servers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--requests") == 0) requests = atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--gap-us") == 0) gap_us = atol(argv[i + 1]);
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     char queue_name[64], dir[64], report_path[96], stop_path[96];
@@ -234,6 +237,10 @@ int main(int argc, char **argv) {
                 die("mq_send", 0);
             }
             sent++;
+            if (gap_us > 0) {
+                struct timespec gap = {.tv_sec = gap_us / 1000000, .tv_nsec = (gap_us % 1000000) * 1000};
+                while (nanosleep(&gap, &gap) != 0 && errno == EINTR) {}
+            }
         }
         if (sent == requests) {
             struct mq_attr now;

@@ -555,30 +555,39 @@ fn the_seeds_four_calls_through_herdless_poll_shared_emulated() {
 
 /// 32 servers started by a shell with setsid (no common parent, each in a session of its
 /// own), no group call: each opens the POSIX queue by name and loops on herdless_poll_shared
-/// with POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE. 3 200 requests: none lost, none twice,
-/// every server unrelated, and turns (Jain's index; the raw flag's monopoly is about 0.03).
+/// with POLLIN | HERDLESS_POLLEXCL | HERDLESS_POLLONE. 3 200 requests, twice: as fast as the
+/// queue takes them (a backlog throughout) and 300 µs apart. Each time none is lost, none read
+/// twice, every server unrelated; turns (Jain's index; the raw flag's monopoly is about 0.03)
+/// with requests apart on both backends, and under the backlog on the emulated one. Natively a
+/// server that rotated itself to the back finds the backlog ready at once (docs/c.md, "50
+/// unrelated servers, measured"): 20 runs here gave Jain 0.33–0.998 under the backlog.
 fn shared_servers(backend: &str) {
     let Some(exe) = build("shared_servers") else {
         return;
     };
-    let out = run_on_line(&exe, &["--servers", "32", "--requests", "3200"], backend);
-    let result = out
-        .lines()
-        .find(|l| l.starts_with("RESULT "))
-        .expect("the supervisor prints a RESULT line");
-    let field = |name: &str| -> f64 {
-        result
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {result}"))
-    };
-    for name in ["lost", "duplicated", "stray"] {
-        assert_eq!(field(name), 0.0, "{result}");
+    for gap_us in ["0", "300"] {
+        let args = ["--servers", "32", "--requests", "3200", "--gap-us", gap_us];
+        let out = run_on_line(&exe, &args, backend);
+        let result = out
+            .lines()
+            .find(|l| l.starts_with("RESULT "))
+            .expect("the supervisor prints a RESULT line");
+        let field = |name: &str| -> f64 {
+            result
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {result}"))
+        };
+        for name in ["lost", "duplicated", "stray"] {
+            assert_eq!(field(name), 0.0, "{result}");
+        }
+        assert_eq!(field("unrelated"), 32.0, "{result}");
+        assert_eq!(field("stopped"), 32.0, "{result}");
+        if gap_us != "0" || backend == "emulated" {
+            assert!(field("jain") > 0.8, "no turns, gap {gap_us} µs: {result}");
+        }
     }
-    assert_eq!(field("unrelated"), 32.0, "{result}");
-    assert_eq!(field("stopped"), 32.0, "{result}");
-    assert!(field("jain") > 0.8, "no turns: {result}");
 }
 
 #[test]

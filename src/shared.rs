@@ -516,6 +516,7 @@ impl Header {
             fresh: zero32(),
             reuse_hint: zero32(),
             roster: AtomicU64::new(0),
+            lock_objects: AtomicU64::new(0),
         }
     }
 }

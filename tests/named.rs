@@ -413,31 +413,7 @@ impl Racers {
 
 /// Forks a member of the named group that stays joined until the returned pipe end is dropped.
 fn member_in_child(n: &str) -> (libc::pid_t, std::os::fd::OwnedFd) {
-    let (ready_r, ready_w) = pipe();
-    // SAFETY: fcntl on our own descriptor: read blocking.
-    unsafe { libc::fcntl(ready_r.as_raw_fd(), libc::F_SETFL, 0) };
-    let (stop_r, stop_w) = pipe();
-    // SAFETY: as above.
-    unsafe { libc::fcntl(stop_r.as_raw_fd(), libc::F_SETFL, 0) };
-    // SAFETY: the child uses this crate, raw system calls and _exit only.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        drop(stop_w);
-        let code = std::panic::catch_unwind(|| {
-            let group = Group::open(n).unwrap();
-            let _waiter = group.join().unwrap();
-            write_all(ready_w.as_raw_fd(), &[1]);
-            let mut b = [0u8; 1];
-            // SAFETY: a blocking read into a live byte.
-            unsafe { libc::read(stop_r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-        });
-        // SAFETY: leaves the child at once.
-        unsafe { libc::_exit(i32::from(code.is_err())) };
-    }
-    let mut b = [0u8; 1];
-    read_exact(ready_r.as_raw_fd(), &mut b);
-    (pid, stop_w)
+    members_in_child(|| Group::open(n).unwrap(), 1)
 }
 
 /// `count` members of `group()` joined in a forked child, which holds them until the returned

@@ -1,6 +1,7 @@
 //! Portable conformance (every system, Windows included): turns. Four threads share one UDP
 //! socket registered exclusive with one event per wait and `rotate_every(1)`: 400 messages, one
-//! every millisecond after the last was read, give each member 100 ± 2, each read exactly once.
+//! every millisecond after the last was read (and on Linux once every member sleeps), give each
+//! member 100 ± 2, each read exactly once.
 //! And one member with several ready sockets registered one-event-round-robin is served them
 //! in turn: 1, 2, 3, 1, 2, 3, 1, with and without `exclusive`.
 
@@ -17,6 +18,29 @@ use portable::*;
 
 const MEMBERS: usize = 4;
 const MESSAGES: u64 = 400;
+
+/// This thread's kernel id, where `until_asleep` can use it.
+fn thread_id() -> Option<i32> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: gettid has no arguments and cannot fail.
+    return Some(unsafe { libc::gettid() });
+    #[allow(unreachable_code)]
+    None
+}
+
+/// Linux: waits (bounded) until every member thread sleeps in the kernel. Elsewhere: nothing.
+fn until_asleep(threads: &[Option<i32>]) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let threads: Vec<(u32, i32)> = threads
+            .iter()
+            .map(|t| (std::process::id(), t.unwrap()))
+            .collect();
+        herdless_fixtures::until_asleep(&threads, WAIT_BOUND).unwrap();
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = threads;
+}
 
 fn strict_turns_with_a_gap(backend: Backend) {
     let group = Group::builder()
@@ -43,7 +67,7 @@ fn strict_turns_with_a_gap(backend: Backend) {
             thread::spawn(move || {
                 let mut events = Events::with_capacity(1);
                 let (mut ids, mut empty) = (Vec::new(), 0u64);
-                ready_tx.send(()).unwrap();
+                ready_tx.send(thread_id()).unwrap();
                 while !stop.load(SeqCst) {
                     waiter.wait(&mut events, Some(WAIT_BOUND)).unwrap();
                     for event in events.iter() {
@@ -62,13 +86,14 @@ fn strict_turns_with_a_gap(backend: Backend) {
             })
         })
         .collect();
-    for _ in 0..MEMBERS {
-        ready_rx.recv().unwrap();
-    }
-    // Let every member reach its kernel wait. Linux's tests check that in /proc; no system
-    // offers that portably, and the ± 2 below absorbs a member late for its first turn.
+    let threads: Vec<Option<i32>> = (0..MEMBERS).map(|_| ready_rx.recv().unwrap()).collect();
+    // Let every member reach its kernel wait. Linux checks that in /proc before every message
+    // (a member not back in its wait loses its turn, as the contract says, and a loaded
+    // machine can keep one off the cores for longer than the gap); no other system offers
+    // that, and there the sleeps below stand in for it.
     thread::sleep(Duration::from_millis(100));
     for i in 0..MESSAGES {
+        until_asleep(&threads);
         send_msg(&tx, i);
         let got = ack_rx.recv_timeout(WAIT_BOUND).expect("the group stalled");
         assert_eq!(got, i);

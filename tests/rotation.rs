@@ -1,9 +1,10 @@
 //! rotation: 8 waiters, 800 messages, one message read per wake-up. With `rotate_every(1)`, and
 //! with the default `Rotation::Adaptive` (events one at a time: strict turns), every waiter gets
-//! 100 ± 2 and reads almost never come back empty; with `rotate_every(0)` the first registered
-//! waiter takes at least 90% (the kernel's monopoly, reproduced on purpose); written back to
-//! back the spread stays even; with all 800 queued at once the emulation still takes turns (the
-//! native backend does not: see `a_backlog`).
+//! 100 ± 2 when each message comes once all waiters sleep, and reads almost never come back
+//! empty; with `rotate_every(0)` the first registered waiter takes at least 90% (the kernel's
+//! monopoly, reproduced on purpose); written back to back the spread stays even; with all 800
+//! queued at once the emulation still takes turns (the native backend does not: see
+//! `a_backlog`).
 
 // Linux only: /proc and kernel counters; the portable turns are tests/portable_turns.rs, and tests/common uses pipe2, gettid and /proc.
 #![cfg(any(target_os = "linux", target_os = "android"))]
@@ -26,6 +27,16 @@ fn turns(backend: Backend, rotation: Rotation, gap: Option<Duration>) -> Turns {
     }
 }
 
+/// The same run, each message written once all 8 members sleep in the kernel again: turns
+/// then depend on the library alone, not on how soon the scheduler brings the last reader
+/// back to its wait (a member not yet back loses its turn, as the contract says).
+fn settled_turns(backend: Backend, rotation: Rotation, gap: Option<Duration>) -> Turns {
+    Turns {
+        settled: true,
+        ..turns(backend, rotation, gap)
+    }
+}
+
 fn strict_turns_with_a_gap(backend: Backend) {
     strict_turns_with_a_gap_under(backend, Rotation::Every(1));
 }
@@ -36,8 +47,8 @@ fn adaptive_turns_with_a_gap(backend: Backend) {
 }
 
 fn strict_turns_with_a_gap_under(backend: Backend, rotation: Rotation) {
-    let out = turns(backend, rotation, Some(Duration::from_millis(1))).threads();
-    out.report(&format!("{backend:?} {rotation:?}, 1 ms gap"));
+    let out = settled_turns(backend, rotation, Some(Duration::from_millis(1))).threads();
+    out.report(&format!("{backend:?} {rotation:?}, 1 ms gap, all asleep"));
     out.assert_exactly_once(800);
     for &c in &out.per_member {
         assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
@@ -62,24 +73,41 @@ fn back_to_back_stays_even(backend: Backend) {
 
 /// Back to back (the next message is written once the last was read) there is no backlog
 /// either, and however close together the messages come (5 to 10 µs here, a channel round
-/// trip), none overlaps another: the default rule keeps strict turns on both backends (the
-/// native stream rule needs overlapping events, see `src/sys/linux/native.rs`).
+/// trip), none overlaps another: the default rule keeps turns on both backends (the native
+/// stream rule needs overlapping events, see `src/sys/linux/native.rs`).
 fn adaptive_back_to_back_stays_even(backend: Backend) {
     back_to_back_stays_even_under(backend, Rotation::Adaptive);
 }
 
 fn back_to_back_stays_even_under(backend: Backend, rotation: Rotation) {
+    // Each message once all members sleep: exact turns.
+    let out = settled_turns(backend, rotation, None).threads();
+    out.report(&format!(
+        "{backend:?} {rotation:?}, each message once all sleep"
+    ));
+    out.assert_exactly_once(800);
+    for &c in &out.per_member {
+        assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
+    }
+    if backend == Backend::Emulated {
+        assert_eq!(out.empty_reads, 0, "{out:?}");
+    } else {
+        assert!(out.empty_reads < 8, "empty wake-ups ≥ 1%: {out:?}");
+    }
+    // Back to back, a member that just read may not be back in its wait when the next message
+    // comes (8 threads on 2 cores): it loses that turn, as the contract says. How many it loses
+    // depends on the machine (CI's dry run once saw [99, 102, 97, ...]; beside 8 busy loops,
+    // one member had 73 and the others 103–104), so what is asserted is the library's part:
+    // every message once and each member a real share.
     let out = turns(backend, rotation, None).threads();
     out.report(&format!("{backend:?} {rotation:?}, back to back"));
     out.assert_exactly_once(800);
-    let index = jain(&out.per_member);
-    assert!(index >= 0.99, "Jain's index {index} < 0.99: {out:?}");
+    for &c in &out.per_member {
+        assert!(c >= 50, "a member took less than half its share: {out:?}");
+    }
     if backend == Backend::Emulated {
-        // The emulation's promise: exact turns, never an empty read, at most two kernel
-        // wake-ups per message (the leader's, and the door bell of the next one).
-        for &c in &out.per_member {
-            assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
-        }
+        // The emulation's promise: never an empty read, at most two kernel wake-ups per
+        // message (the leader's, and the door bell of the next one).
         assert_eq!(out.empty_reads, 0, "{out:?}");
         let per_message = out.kernel_wakeups as f64 / 800.0;
         assert!(

@@ -133,7 +133,7 @@ pub struct Turns {
     pub members: usize,
     pub messages: u64,
     pub gap: Option<Duration>,
-    /// Processes only: each message is written once every live member is asleep in the
+    /// Each message is written once every live member (thread or process) is asleep in the
     /// kernel again, so that turns depend on the library and not on how soon the scheduler
     /// runs the member that just handled one (back to back, a member not yet back in its wait
     /// loses its turn, as the contract says).
@@ -237,8 +237,11 @@ impl Turns {
 
     /// Members are threads, joined and registered in order by the test thread.
     pub fn threads(&self) -> Outcome {
-        self.run_threads(|tx, acks| {
+        self.run_threads(|tx, acks, tids| {
             for i in 0..self.messages {
+                if self.settled {
+                    until_asleep(std::process::id(), tids);
+                }
                 write_msg(tx, i);
                 acks.recv().unwrap();
                 if let Some(gap) = self.gap {
@@ -251,7 +254,7 @@ impl Turns {
     /// As `threads`, but the producer writes every message at once (a backlog: the pipe holds
     /// them all), then waits until all were read.
     pub fn threads_backlog(&self) -> Outcome {
-        self.run_threads(|tx, acks| {
+        self.run_threads(|tx, acks, _| {
             for i in 0..self.messages {
                 write_msg(tx, i);
             }
@@ -262,8 +265,12 @@ impl Turns {
     }
 
     /// Starts the member threads, waits until all sleep in the kernel, runs `produce` (given
-    /// the pipe's write end and the members' acknowledgements), then hangs up and collects.
-    fn run_threads(&self, produce: impl FnOnce(RawFd, &std::sync::mpsc::Receiver<u64>)) -> Outcome {
+    /// the pipe's write end, the members' acknowledgements and their thread ids), then hangs
+    /// up and collects.
+    fn run_threads(
+        &self,
+        produce: impl FnOnce(RawFd, &std::sync::mpsc::Receiver<u64>, &[i32]),
+    ) -> Outcome {
         use std::sync::mpsc;
         let group = self.group();
         let (rx, tx) = pipe();
@@ -291,7 +298,7 @@ impl Turns {
             .collect();
         let tids: Vec<i32> = (0..self.members).map(|_| tid_rx.recv().unwrap()).collect();
         until_asleep(std::process::id(), &tids);
-        produce(tx.as_raw_fd(), &ack_rx);
+        produce(tx.as_raw_fd(), &ack_rx, &tids);
         drop(tx); // EOF: every member stops
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         drop(rx);

@@ -143,6 +143,18 @@ static int asleep(pid_t pid) {
     return end && end[1] == ' ' && end[2] == 'S';
 }
 
+/* Is process `pid` still there? (The servers are not our children: sh started them.) */
+static int alive(pid_t pid) {
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/* How many servers are still there. */
+static int servers_alive(const pid_t *pids, int servers) {
+    int n = 0;
+    for (int s = 0; s < servers; s++) n += alive(pids[s]);
+    return n;
+}
+
 /* Reads one record from the report FIFO, waiting at most 60 s; 0 if none came. */
 static int next_record(int fd, struct record *rec) {
     size_t have = 0;
@@ -214,7 +226,10 @@ int main(int argc, char **argv) {
     }
     for (int s = 0; s < servers; s++) {
         if (getpgid(pids[s]) == pids[s] && getsid(pids[s]) == pids[s]) unrelated++;
-        while (!asleep(pids[s])) sched_yield();
+        while (!asleep(pids[s])) {
+            if (!alive(pids[s])) die("a server exited before its first wait", 0);
+            sched_yield();
+        }
     }
 
     struct timespec t0, t1;
@@ -223,8 +238,8 @@ int main(int argc, char **argv) {
     /* Send while reading reports (a server's report write must never wait for the supervisor,
      * which may be blocked sending), until every request is sent and the queue is empty: then
      * every request was received, and the servers report the rest after the stop. Bounded:
-     * 60 s without a receive fails the run. */
-    long waited_ms = 0, left = -1;
+     * 60 s without a receive fails the run, and so does a queue no server is left to serve. */
+    long waited_ms = 0, left = -1, quiet_ms = 0;
     for (;;) {
         while (sent < requests) {
             uint64_t id = (uint64_t)sent;
@@ -248,6 +263,7 @@ int main(int argc, char **argv) {
             if (now.mq_curmsgs == 0) break;
             waited_ms = now.mq_curmsgs == left ? waited_ms + 1 : 0;
             left = now.mq_curmsgs;
+
             if (waited_ms > 60000) {
                 fprintf(stderr, "%ld requests left in the queue for 60 s\n", left);
                 break;
@@ -257,7 +273,13 @@ int main(int argc, char **argv) {
         int r = poll(&p, 1, 1);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) die("poll", 0);
-        if (r == 0) continue;
+        if (r == 0) {
+            /* Nothing reported for a while: are any servers left to serve the queue? */
+            if (++quiet_ms % 100 == 0 && servers_alive(pids, servers) == 0)
+                die("every server exited with requests left", 0);
+            continue;
+        }
+        quiet_ms = 0;
         if (!next_record(report, &rec) || rec.server >= (uint32_t)servers) die("a torn report", 0);
         for (uint32_t i = 0; i < rec.count; i++) {
             uint64_t id = rec.ids[i];

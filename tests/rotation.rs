@@ -98,12 +98,15 @@ fn back_to_back_stays_even_under(backend: Backend, rotation: Rotation) {
     // comes (8 threads on 2 cores): it loses that turn, as the contract says. How many it loses
     // depends on the machine (CI's dry run once saw [99, 102, 97, ...]; beside 8 busy loops,
     // one member had 73 and the others 103–104), so what is asserted is the library's part:
-    // every message once and each member a real share.
+    // every message once and each member a real share (a monopoly leaves the others a few).
     let out = turns(backend, rotation, None).threads();
     out.report(&format!("{backend:?} {rotation:?}, back to back"));
     out.assert_exactly_once(800);
     for &c in &out.per_member {
-        assert!(c >= 50, "a member took less than half its share: {out:?}");
+        assert!(
+            c >= 25,
+            "a member took less than a quarter of its share: {out:?}"
+        );
     }
     if backend == Backend::Emulated {
         // The emulation's promise: never an empty read, at most two kernel wake-ups per

@@ -133,9 +133,14 @@ impl Liveness {
     }
 
     /// Takes `opening` for this process's thread (waiting for another thread of the process).
+    /// The holder may wait a long time: it opens a lock object under the group's setup lock,
+    /// which another process may hold (stopped, even). So after a few yields the wait sleeps,
+    /// 500 µs at a time as the wait for the setup lock does (`crate::named`), rather than spin
+    /// (a thread waiting here took a whole core for as long as the lock was held).
     fn hold_opening(&self) -> Opening<'_> {
         use std::sync::atomic::Ordering::SeqCst;
         let me = std::process::id();
+        let mut tries = 0u32;
         loop {
             let seen = self.opening.load(SeqCst);
             // Free, or held by the parent this process was forked from.
@@ -147,7 +152,12 @@ impl Liveness {
             {
                 return Opening(&self.opening);
             }
-            std::thread::yield_now();
+            if tries < 64 {
+                tries += 1;
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
         }
     }
 

@@ -15,6 +15,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::*;
 use herdless::{Backend, Error, Events, Group, Interest, Origin, Rotation};
@@ -1335,8 +1336,104 @@ fn members_past_256_across_lock_files(backend: Backend) {
     }
 }
 
+/// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Two threads join past slot 256 while another process holds the group's setup lock (a setup
+/// of its own, or a process stopped in one): the first waits for the setup lock to open lock
+/// object 1, the second for the first. Both join once the lock is let go, and the second
+/// sleeps while it waits: it does not spin on a core for as long as the other process holds
+/// the lock.
+fn a_join_waiting_for_a_lock_object_sleeps(backend: Backend) {
+    let _one_at_a_time = one_fork_at_a_time();
+    let n = name("setupwait");
+    let _removed = Removed(n.clone());
+    let group = Group::builder()
+        .name(&n)
+        .backend(backend)
+        .max_members(300)
+        .build()
+        .unwrap();
+    // Each join takes the next fresh slot: the next two are slots 256 and 257, lock object 1.
+    for _ in 0..256 {
+        drop(group.join().unwrap());
+    }
+    let (held_r, held_w) = pipe();
+    let (go_r, go_w) = pipe();
+    for fd in [held_r.as_raw_fd(), go_r.as_raw_fd()] {
+        // SAFETY: fcntl on our own descriptor: reads blocking.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, 0) };
+    }
+    let path = std::ffi::CString::new(object_path(&n)).unwrap();
+    // SAFETY: the child makes raw system calls and _exit only.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: open, fcntl, read and _exit in the child, on its own descriptors.
+        unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_RDWR);
+            let mut setup: libc::flock = std::mem::zeroed();
+            setup.l_type = libc::F_WRLCK as libc::c_short;
+            setup.l_whence = libc::SEEK_SET as libc::c_short;
+            setup.l_start = 1 << 20; // the setup byte (src/named.rs, SETUP_BYTE)
+            setup.l_len = 1;
+            let held = fd >= 0 && libc::fcntl(fd, libc::F_SETLK, &setup) == 0;
+            write_all(held_w.as_raw_fd(), &[u8::from(held)]);
+            let mut go = [0u8; 1];
+            libc::read(go_r.as_raw_fd(), go.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((held_w, go_r));
+    let mut held = [0u8; 1];
+    read_exact(held_r.as_raw_fd(), &mut held);
+    assert_eq!(held[0], 1, "the child could not take the setup lock");
+    let join = |group: Group| {
+        std::thread::spawn(move || {
+            let (wall, cpu) = (Instant::now(), thread_cpu());
+            let member = group.join();
+            (member.map(drop), wall.elapsed(), thread_cpu() - cpu)
+        })
+    };
+    let first = join(group.clone());
+    // The first is in its wait for the setup lock once it sleeps; then the second comes.
+    std::thread::sleep(Duration::from_millis(100));
+    let second = join(group.clone());
+    let held_for = Duration::from_millis(500);
+    std::thread::sleep(held_for);
+    write_all(go_w.as_raw_fd(), &[1]);
+    reap(pid);
+    let (first, second) = (first.join().unwrap(), second.join().unwrap());
+    eprintln!(
+        "{backend:?}: first join {:?} ({:?} CPU), second {:?} ({:?} CPU)",
+        first.1, first.2, second.1, second.2
+    );
+    first.0.as_ref().unwrap();
+    second.0.as_ref().unwrap();
+    assert!(
+        second.1 >= held_for / 2,
+        "the second join did not wait: {second:?}"
+    );
+    assert!(
+        second.2 < second.1 / 4,
+        "the second join spun while it waited: {second:?}"
+    );
+    assert!(first.2 < first.1 / 4, "the first join spun: {first:?}");
+    drop(group);
+    Group::remove(&n).unwrap();
+}
+
 every_backend!(
     members_past_256_across_lock_files,
+    a_join_waiting_for_a_lock_object_sleeps,
     remove_while_a_member_lives_is_refused,
     a_forced_removal_sends_the_members_to_the_new_group,
     opening_while_removing_never_makes_two_groups,

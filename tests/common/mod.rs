@@ -588,9 +588,12 @@ pub fn read_exact(fd: RawFd, buf: &mut [u8]) {
 
 /// The machine's scheduling noise, measured beside a test: a thread that sleeps `PROBE_SLEEP`
 /// in `poll(2)` again and again and keeps its worst lateness (how long after its timeout it
-/// ran again), until `worst` stops it. On a quiet machine well under a millisecond; with 8
-/// busy loops beside a test on 2 CPUs, tens of milliseconds; at a load average of 50, about a
-/// second. Timing bounds are `noisy_bound(target, noise)`, so they hold on a loaded machine and
+/// ran again), and after each sleep yields the CPU once and keeps the longest yield (how long
+/// the runnable tasks ahead of it kept it off the core: a woken thread is favoured, a thread
+/// that yields or was preempted is not, and a chain of hand-offs meets both), until `worst`
+/// stops it. On a quiet machine well under a millisecond; with 8 busy loops beside a test on
+/// 2 CPUs, milliseconds to tens of milliseconds (the sleep alone once read 88 µs beside 6 busy
+/// loops, while a death's hand-off took 6.3 ms); at a load average of 50, about a second. Timing bounds are `noisy_bound(target, noise)`, so they hold on a loaded machine and
 /// still catch a wait that overruns by far more than the machine's noise (or never returns).
 pub struct NoiseProbe {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -612,6 +615,9 @@ impl NoiseProbe {
                 // SAFETY: polls no descriptor, only sleeps.
                 unsafe { libc::poll(std::ptr::null_mut(), 0, PROBE_SLEEP.as_millis() as i32) };
                 worst = worst.max(before.elapsed().saturating_sub(PROBE_SLEEP));
+                let before = Instant::now();
+                std::thread::yield_now();
+                worst = worst.max(before.elapsed());
             }
             worst
         });

@@ -8,7 +8,8 @@
  *     inherit  one epoll made and registered before the fork, used by every forked worker
  *     poll     forked workers calling poll() with POLLIN | HERDLESS_POLLEXCL (0x0800)
  *
- * The parent sends the messages one at a time, 1 ms apart, each carrying its number; the
+ * The parent sends the messages one at a time, each once every worker sleeps in its wait
+ * (/proc) and 1 ms after the last was taken, each carrying its number; the
  * worker that receives one acknowledges it through a pipe (its index and the number), so the
  * next is sent once it was taken. Printed: "counts: c0 c1 ..." (per worker, in registration
  * order), then "lost: L duplicated: D". Exit status 0 when nothing was lost or duplicated.
@@ -20,6 +21,7 @@
 #include <mqueue.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +37,34 @@ static int stop_r, stop_w, ack_r, ack_w, go_r, go_w;
 static int shared_ep = -1;
 static const char *mode;
 
-struct ack { int worker, seq; };
+struct ack { int worker, seq, tid; }; /* tid: the worker's thread, in its ready message */
 
 static void die(const char *what) { perror(what); exit(2); }
+
+/* Waits (at most 10 s) until thread `tid` sleeps: state S in /proc/<tid>/stat. */
+static void until_asleep(int tid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", tid);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    FILE *f = fopen(path, "r");
+    if (!f) return; /* gone: nothing to wait for */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, ')');
+    if (end && end[1] == ' ' && end[2] == 'S') return;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec > 10) return;
+    sched_yield();
+  }
+}
 
 static void take_one(int index) {
   int seq;
   while (mq_receive(q, (char *)&seq, sizeof seq, NULL) == (ssize_t)sizeof seq) {
-    struct ack a = {index, seq};
+    struct ack a = {index, seq, 0};
     if (write(ack_w, &a, sizeof a) != (ssize_t)sizeof a) die("write ack");
   }
   if (errno != EAGAIN) die("mq_receive");
@@ -53,7 +75,7 @@ static void *worker(void *arg) {
   char c;
   if (read(go_r, &c, 1) != 1) die("read go"); /* registration in the parent's order */
   if (strcmp(mode, "poll") == 0) {
-    if (write(ack_w, &(struct ack){index, -1}, sizeof(struct ack)) < 0) die("write");
+    if (write(ack_w, &(struct ack){index, -1, (int)gettid()}, sizeof(struct ack)) < 0) die("write");
     for (;;) {
       struct pollfd fds[2] = {{q, POLLIN | POLLEXCL_BIT, 0}, {stop_r, POLLIN, 0}};
       if (poll(fds, 2, -1) < 0) { if (errno == EINTR) continue; die("poll"); }
@@ -70,7 +92,7 @@ static void *worker(void *arg) {
     struct epoll_event st = {.events = EPOLLIN, .data.u64 = 9};
     if (epoll_ctl(ep, EPOLL_CTL_ADD, stop_r, &st) < 0) die("epoll_ctl stop");
   }
-  if (write(ack_w, &(struct ack){index, -1}, sizeof(struct ack)) < 0) die("write");
+  if (write(ack_w, &(struct ack){index, -1, (int)gettid()}, sizeof(struct ack)) < 0) die("write");
   for (;;) {
     struct epoll_event evs[8];
     int n = epoll_wait(ep, evs, 8, -1);
@@ -128,16 +150,21 @@ int main(int argc, char **argv) {
     }
   }
   /* One by one: worker i registers (or is ready) before worker i+1 is let go. */
+  int worker_tids[256];
   for (int i = 0; i < workers; i++) {
     struct ack a;
     if (write(go_w, "g", 1) != 1) die("write go");
     if (read(ack_r, &a, sizeof a) != (ssize_t)sizeof a) die("read ready");
+    worker_tids[i] = a.tid;
   }
   struct timespec settle = {0, 100 * 1000 * 1000}, gap = {0, 1000 * 1000};
   nanosleep(&settle, NULL); /* every worker into its first wait */
   int *counts = calloc(workers, sizeof(int)), *seen = calloc(messages, sizeof(int));
   int duplicated = 0;
   for (int seq = 0; seq < messages; seq++) {
+    /* Every worker back in its wait first: one the scheduler has not brought back yet would
+     * lose its turn (as the contract says), and on a loaded machine 1 ms is not enough. */
+    for (int i = 0; i < workers; i++) until_asleep(worker_tids[i]);
     if (mq_send(q, (const char *)&seq, sizeof seq, 0) < 0) die("mq_send");
     struct ack a;
     if (read(ack_r, &a, sizeof a) != (ssize_t)sizeof a) die("read ack");

@@ -22,15 +22,7 @@ fn pipe_turns_across_processes(backend: Backend) {
     out.report(&format!(
         "{backend:?} 8 processes, each message once all sleep"
     ));
-    out.assert_exactly_once(800);
-    for &c in &out.per_member {
-        assert!((98..=102).contains(&c), "not 100 ± 2 each: {out:?}");
-    }
-    if backend == Backend::Emulated {
-        assert_eq!(out.empty_reads, 0, "{out:?}");
-    } else {
-        assert!(out.empty_reads < 8, "{out:?}");
-    }
+    out.assert_settled_turns(backend);
     // Back to back, the next message is written while the member that read the last one is
     // still on its way back to its wait: it loses that turn, as the contract says, so how far
     // turns hold depends on the machine's load (beside 6 busy loops and other tests, natively:

@@ -121,6 +121,20 @@ impl Outcome {
             "messages lost or read twice"
         );
     }
+
+    /// What a settled run (`Turns::settled`, 8 members, 800 messages) promises: every message
+    /// once, 100 ± 2 each, and reads that find nothing: none emulated, under 1% natively.
+    pub fn assert_settled_turns(&self, backend: Backend) {
+        self.assert_exactly_once(800);
+        for &c in &self.per_member {
+            assert!((98..=102).contains(&c), "not 100 ± 2 each: {self:?}");
+        }
+        if backend == Backend::Emulated {
+            assert_eq!(self.empty_reads, 0, "{self:?}");
+        } else {
+            assert!(self.empty_reads < 8, "empty wake-ups ≥ 1%: {self:?}");
+        }
+    }
 }
 
 /// A turn-taking run: one pipe, `members` waiters registered exclusive with one event per

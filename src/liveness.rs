@@ -136,7 +136,7 @@ impl Liveness {
     /// The holder may wait a long time: it opens a lock object under the group's setup lock,
     /// which another process may hold (stopped, even). So after a few yields the wait sleeps,
     /// 500 µs at a time as the wait for the setup lock does (`crate::named`), rather than spin
-    /// (a thread waiting here took a whole core for as long as the lock was held).
+    /// (a spinning waiter would take a whole core for as long as the lock is held).
     fn hold_opening(&self) -> Opening<'_> {
         use std::sync::atomic::Ordering::SeqCst;
         let me = std::process::id();

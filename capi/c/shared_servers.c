@@ -263,7 +263,6 @@ int main(int argc, char **argv) {
             if (now.mq_curmsgs == 0) break;
             waited_ms = now.mq_curmsgs == left ? waited_ms + 1 : 0;
             left = now.mq_curmsgs;
-
             if (waited_ms > 60000) {
                 fprintf(stderr, "%ld requests left in the queue for 60 s\n", left);
                 break;

@@ -378,6 +378,24 @@ impl Protocol<'_> {
         src.claim(me.slot)
     }
 
+    /// `me`, busy polling (`EmulatedWaiter::poll_once`), won `hold` of `s` after it found `s`
+    /// led by nobody (or by itself) and ready. Does the claim stand? Not if another member
+    /// took the token in between: that member came back to `wait`, and may be waking for this
+    /// very readiness now (it led before the event came, which the look cannot tell from one
+    /// that came first). Then the claim is given up, unconsumed, and the leader rung: the
+    /// event is the leader's. The leader is read after the claim, so a leader that took the
+    /// token before the readiness the look saw is always seen.
+    pub(crate) fn busy_claim_stands(&self, s: usize, me: Occupant, hold: Hold) -> bool {
+        let leader = self.source(s).leader();
+        if leader.is_none() || leader == me {
+            return true;
+        }
+        if self.source(s).end(hold) {
+            self.ring_after_release(s, hold.slot);
+        }
+        false
+    }
+
     /// `me` won `hold` of `s`, for a readiness it saw after it last found `s` free, when `seen`
     /// claims had been won. If another claim was won in between, the readiness may be gone:
     /// the member that claimed in between may have consumed it. (That is the batch's race: the

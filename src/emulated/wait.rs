@@ -219,6 +219,9 @@ impl EmulatedWaiter {
             if !tk.confirm_claim(s, hold, seen, || ready_now(fd, interest)) {
                 continue;
             }
+            if !tk.busy_claim_stands(s, me, hold) {
+                continue; // a member came back to wait meanwhile: its event
+            }
             reg.handed += 1;
             self.holding.push((s, reg.key, hold));
             events.push(event);

@@ -396,3 +396,55 @@ fn a_losing_claim_leaves_the_claim_time_alone() {
         }
     });
 }
+
+/// A busy member's look (`poll_once`) against a member coming back to `wait`: member 0 polls
+/// (`wait(Some(ZERO))`) while member 1 comes back, takes the token, and then, asleep, is
+/// sent a message (the writer waits for the leader to sleep, as a server's client does). The
+/// look finds the source led by nobody before member 1 takes the token, sees the message
+/// after, and claims it. Whatever the interleaving, the message is the leader's: the poller's
+/// claim never stands (`Protocol::busy_claim_stands` gives it back), and member 1 takes it,
+/// at once or once the claim is given back.
+///
+/// (Without the second look at the leader after the claim this model fails, "the poller took
+/// a message sent to a sleeping leader", as `tests/process_life.rs` `busy_polling_members`
+/// did about once in 25 runs on polling's poll(2) backend.)
+#[test]
+fn a_busy_look_leaves_a_returning_leader_its_message() {
+    loom::model(|| {
+        let w = World::new(2);
+        let (poller, leader) = (0, 1);
+        let message = Arc::new(AtomicBool::new(false));
+        let returning = {
+            let (w, message) = (w.clone(), message.clone());
+            thread::spawn(move || {
+                w.set_state(leader, state::IDLE);
+                assert!(w.token().take_if_due(0, w.who(leader)));
+                message.store(true, SeqCst); // written once the leader sleeps
+                w.token().claim(0, w.who(leader))
+            })
+        };
+        let tk = w.token();
+        let me = w.who(poller);
+        let mut polled = false;
+        if let Some(seen) = tk.free_for_a_look(0, me) {
+            if message.load(SeqCst) {
+                if let Some(hold) = tk.claim(0, me) {
+                    if tk.confirm_claim(0, hold, seen, || message.load(SeqCst))
+                        && tk.busy_claim_stands(0, me, hold)
+                    {
+                        polled = message.swap(false, SeqCst);
+                        tk.release(0, hold);
+                    }
+                }
+            }
+        }
+        let first = returning.join().unwrap();
+        assert!(
+            !polled,
+            "the poller took a message sent to a sleeping leader"
+        );
+        let hold = first.or_else(|| tk.claim(0, w.who(leader)));
+        assert!(hold.is_some(), "the leader could not claim its message");
+        assert!(message.swap(false, SeqCst), "the leader's message was gone");
+    });
+}

@@ -385,6 +385,7 @@ impl Protocol<'_> {
     /// that came first). Then the claim is given up, unconsumed, and the leader rung: the
     /// event is the leader's. The leader is read after the claim, so a leader that took the
     /// token before the readiness the look saw is always seen.
+    #[cfg(unix)] // busy polling's own look is Unix's (`poll_once`)
     pub(crate) fn busy_claim_stands(&self, s: usize, me: Occupant, hold: Hold) -> bool {
         let leader = self.source(s).leader();
         if leader.is_none() || leader == me {

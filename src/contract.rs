@@ -30,12 +30,16 @@ pub enum Backend {
 /// after the member's read) the member keeps taking its events, up to [`ADAPTIVE_BATCH`] in a
 /// row, before it goes to the back. The backend measures, never guesses: both ask the
 /// descriptor itself (a zero-timeout `poll`) once the event is consumed (the emulation on
-/// Windows uses the backlog average it keeps for its spinning decision instead). The native
-/// backend also takes batches in a *stream*: events closer than 20 µs apart on average that
-/// overlap (a member was handed the next while another still held its own: a producer that
-/// does not wait for its readers), where handing each to another thread would wake a cold
-/// thread per event; there a turn lasts about 300 µs (at most 96 events). Events that come one
-/// at a time never overlap, however close together: strict turns. With nobody to hand to (no
+/// Windows uses the backlog average it keeps for its spinning decision instead). Both backends
+/// also take longer batches in a *stream*, where handing each event to another thread would
+/// wake a cold thread per event: there a turn lasts about 300 µs (at most 96 events), and ends
+/// sooner for a member ahead of its share of the group's events. Natively a stream is events
+/// closer than 20 µs apart on average that overlap (a member was handed the next while another
+/// still held its own: a producer that does not wait for its readers); events that come one at
+/// a time never overlap, however close together: strict turns. The emulation, where one member
+/// holds a descriptor at a time, counts a backlog that the member takes closer than 20 µs apart
+/// as a stream; a member slow to come back to `wait` (four times in a row later than 100 µs
+/// after its wait returned) takes strict turns there. With nobody to hand to (no
 /// other member inside `wait`), no backend rotates at all. See `docs/internals.md`,
 /// "Rotation". (Both backends ask one module for this rule, `src/turn.rs`; a test there checks
 /// that these numbers are its own.)
@@ -51,8 +55,8 @@ pub enum Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Rotation {
     /// Strict turns while events come one at a time, batches of up to [`ADAPTIVE_BATCH`]
-    /// events per member while the descriptor has a backlog, and (native) longer ones in a
-    /// stream (the default).
+    /// events per member while the descriptor has a backlog, and longer ones in a stream (the
+    /// default).
     #[default]
     Adaptive,
     /// After `n` events, always: `Every(1)` is strict turns at any cost, `Every(0)` never

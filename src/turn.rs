@@ -7,11 +7,14 @@
 //!
 //! - `Every(n)`: after `n` events (`due_by_count`; never for `Every(0)`), decided as the event
 //!   is handed out (emulated) or consumed (native);
-//! - `Adaptive`, once the member consumed an event (`ends`): in a *stream* (events closer than
-//!   [`STREAM_GAP`] apart on average that overlap; only the native backend measures one) after
-//!   `stream_batch` events or when the member is ahead of its share; otherwise after this
-//!   event unless the descriptor is still ready (a backlog), and after [`ADAPTIVE_BATCH`] in a
-//!   row whatever the backlog.
+//! - `Adaptive`, once the member consumed an event: natively (`ends`), in a *stream* (events
+//!   closer than [`STREAM_GAP`] apart on average that overlap) after `stream_batch` events or
+//!   when the member is ahead of its share; otherwise after this event unless the descriptor is
+//!   still ready (a backlog), and after [`ADAPTIVE_BATCH`] in a row whatever the backlog. The
+//!   emulation (`ends_under_backlog`), where one member holds a descriptor at a time and events
+//!   never overlap: after this event unless there is a backlog, and under a backlog after
+//!   `backlog_batch` events (a backlog taken closer than `STREAM_GAP` apart is its stream) or
+//!   when the member is ahead of its share.
 //!
 //! With nobody to hand the turn to, no backend rotates at all; each backend knows who waits,
 //! and asks this module only when someone does. The public description of the rule is
@@ -57,7 +60,6 @@ pub(crate) fn due_by_count(rotation: Rotation, handed: u32) -> bool {
 /// another was held, lately), how many events a turn takes: `STREAM_TURN / gap`, between
 /// `ADAPTIVE_BATCH` and `STREAM_BATCH`. `None`: not a stream (no overlap, or events too far
 /// apart, or no gap measured yet).
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's measure
 pub(crate) fn stream_batch(overlapping: bool, gap_ns: u64) -> Option<u32> {
     if !overlapping || gap_ns == 0 || gap_ns >= STREAM_GAP.as_nanos() as u64 {
         return None;
@@ -66,10 +68,37 @@ pub(crate) fn stream_batch(overlapping: bool, gap_ns: u64) -> Option<u32> {
     Some(batch.clamp(u64::from(ADAPTIVE_BATCH), u64::from(STREAM_BATCH)) as u32)
 }
 
+/// `Adaptive` as the emulation decides it, once the member consumed its `handed`-th event in a
+/// row: its turn is over unless the descriptor has a `backlog`, and under a backlog after
+/// `backlog_batch(pace())` events (`pace`: ns between the member's events this turn, asked
+/// only under a backlog). The emulation knows no overlap (one member holds a source at a time),
+/// so a backlog taken quickly is its stream.
+pub(crate) fn ends_under_backlog(
+    handed: u32,
+    backlog: bool,
+    pace: impl FnOnce() -> u64,
+    ahead: impl FnOnce(u32) -> bool,
+) -> bool {
+    if !backlog {
+        return true;
+    }
+    let batch = backlog_batch(pace());
+    handed >= batch || (batch > ADAPTIVE_BATCH && ahead(batch))
+}
+
+/// How many events in a row a member takes from a backlog that it takes `pace_ns` apart: a
+/// turn of about `STREAM_TURN` (`stream_batch`) when it takes them closer than `STREAM_GAP`
+/// apart, else `ADAPTIVE_BATCH`.
+pub(crate) fn backlog_batch(pace_ns: u64) -> u32 {
+    stream_batch(true, pace_ns).unwrap_or(ADAPTIVE_BATCH)
+}
+
 /// The member consumed its `handed`-th event in a row: is its turn over? `Every(n)`: after `n`
 /// (`due_by_count`). `Adaptive`: in a stream of turns of `stream` events, after that many or
 /// once the member is `ahead` of its share (asked only then); otherwise unless the descriptor
-/// has a `backlog` (asked only then), and after `ADAPTIVE_BATCH` whatever the backlog.
+/// has a `backlog` (asked only then), and after `ADAPTIVE_BATCH` whatever the backlog. The
+/// native backend's rule (the emulation's is `ends_under_backlog`).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's rule
 pub(crate) fn ends(
     rotation: Rotation,
     handed: u32,
@@ -111,6 +140,19 @@ mod tests {
         assert_eq!(stream_batch(true, STREAM_GAP.as_nanos() as u64), None);
         assert_eq!(stream_batch(true, 1), Some(STREAM_BATCH));
         assert_eq!(stream_batch(true, 19_000), Some(ADAPTIVE_BATCH));
+        // The emulation's: no backlog ends the turn; a backlog taken slowly gives batches of
+        // 16; one taken quickly, a stream's turn, cut short for a member ahead of its share.
+        let slow = || STREAM_GAP.as_nanos() as u64;
+        let quick = || 3_000;
+        assert!(ends_under_backlog(1, false, quick, never));
+        assert!(!ends_under_backlog(15, true, slow, never));
+        assert!(ends_under_backlog(ADAPTIVE_BATCH, true, slow, never));
+        assert!(!ends_under_backlog(ADAPTIVE_BATCH, true, quick, never));
+        assert!(ends_under_backlog(STREAM_BATCH, true, quick, never));
+        assert!(ends_under_backlog(20, true, quick, |_| true));
+        assert!(!ends_under_backlog(5, true, slow, |_| true)); // (asked only in a stream)
+        assert_eq!(backlog_batch(0), ADAPTIVE_BATCH);
+        assert_eq!(backlog_batch(1_000), STREAM_BATCH);
     }
 
     /// The public description of the rule (`Rotation`'s docs) and the README state the

@@ -9,6 +9,7 @@ use crate::error::RawSource;
 use crate::interest::Readiness;
 use crate::interest::{Event, Events, Interest};
 use crate::registry;
+use crate::sync::monotonic_ns;
 
 impl EmulatedWaiter {
     /// Turns the poller's events into ready descriptors queued in turn order, behind those
@@ -170,6 +171,10 @@ impl EmulatedWaiter {
             }
             self.holding.push((s, reg.key, hold));
             reg.handed += 1;
+            reg.taken = reg.taken.wrapping_add(1);
+            if reg.handed == 1 {
+                reg.turn_started_ns = monotonic_ns();
+            }
             if tk.rotation_due(reg.handed) {
                 reg.handed = 0;
                 self.to_back.push(s);

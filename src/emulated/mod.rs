@@ -69,6 +69,7 @@ use crate::shared::SharedState;
 use deathwatch::DeathWatch;
 use doorbell::Doorbells;
 use kernel_wait::RawEvents;
+use protocol::SLOW_RETURNS;
 pub(crate) use protocol::{region, Protocol};
 use protocol::{Hold, Occupant};
 use protocol::{SourceTable, TableLayout};
@@ -138,6 +139,12 @@ struct Registration {
     in_poller: bool,
     /// Exclusive events handed to this member since it last went to the back of the line.
     handed: u32,
+    /// When the first of them was handed (monotonic ns): the turn's pace (`end_turn`).
+    turn_started_ns: u64,
+    /// Exclusive events handed to this member from this source since it registered, and the
+    /// source's claim count then: its share of the group's events (`end_turn`).
+    taken: u32,
+    claims_at_add: u32,
     /// Is it in the member's queue of ready descriptors not yet handed out?
     queued: bool,
     /// (leader, its last claim, when) if this member, checking on the leader of this
@@ -198,6 +205,14 @@ pub(crate) struct EmulatedWaiter {
     holding: Vec<(usize, usize, Hold)>,
     /// Sources whose line this member goes to the back of when it next goes busy.
     to_back: Vec<usize>,
+    /// When this member's last wait returned exclusive events (monotonic ns; 0: it did not).
+    returned_ns: u64,
+    /// When its current (or last) wait started (monotonic ns).
+    wait_started_ns: u64,
+    /// How many times in a row this member came back to `wait` later than `QUICK_RETURN`
+    /// after that return (`token_at_busy`: `SLOW_RETURNS` in a row and it is slow; it starts
+    /// slow, until it has shown otherwise).
+    slow_in_a_row: u32,
     /// The shared source slots of this member's exclusive registrations.
     sources: Vec<usize>,
     /// The descriptors of those registrations (so that a wait's cost does not grow with the
@@ -260,6 +275,9 @@ impl EmulatedWaiter {
             last_served: u64::MAX,
             holding: Vec::new(),
             to_back: Vec::new(),
+            returned_ns: 0,
+            wait_started_ns: 0,
+            slow_in_a_row: SLOW_RETURNS,
             sources: Vec::new(),
             exclusive_fds: Vec::new(),
             raw_events: RawEvents::new(),

@@ -92,6 +92,16 @@ pub(crate) const SHORT_HOLD: Duration = Duration::from_micros(25);
 /// through a shorter hold saves the second wake-up, at the release, and puts none on the
 /// hand-off's path. Longer holds are slept through (the release rings).
 pub(crate) const LEADER_SPIN: Duration = Duration::from_micros(100);
+/// A member that came back to `wait` within this long of its last wait's return (it read,
+/// consumed and came straight back) keeps the token of the source it holds through its turn
+/// (`EmulatedWaiter::token_at_busy`): passing it for the few microseconds the member is away,
+/// and taking it back, cost two rings and a wake-up per event. The same bound as the native
+/// hand-on's trust in a quick member.
+pub(crate) const QUICK_RETURN: Duration = Duration::from_micros(100);
+/// A member that came back later than `QUICK_RETURN` this many times in a row is slow (it
+/// works on its events): it no longer keeps the token (`EmulatedWaiter::token_at_busy`). One
+/// late return is usually a preemption, which should not cut a quick member's batch.
+pub(crate) const SLOW_RETURNS: u32 = 4;
 /// How long a deputy spins for the token to come to it (see `spin`) before it sleeps.
 pub(crate) const SPIN_FOR_RELEASE: Duration = Duration::from_micros(50);
 /// A holder that keeps an event longer than this (slow, stopped, or starved of CPU) is not
@@ -433,10 +443,26 @@ impl Protocol<'_> {
 
     /// `Adaptive`, the rule *turns by the event, batches under a backlog*: a member that has
     /// just consumed its `handed`-th event of a source in a row goes to the back of the line
-    /// unless the source is `still_ready` (a backlog), and after `ADAPTIVE_BATCH` in a row
-    /// whatever the backlog.
-    pub(crate) fn adaptive_turn_ends(&self, handed: u32, still_ready: bool) -> bool {
-        crate::turn::ends(self.rotation, handed, None, |_| false, || still_ready)
+    /// unless the source is `still_ready` (a backlog), and under a backlog after a batch
+    /// whose length the member's `pace` sets (ns between its events this turn, asked only
+    /// then: `turn::backlog_batch`).
+    pub(crate) fn adaptive_turn_ends(
+        &self,
+        handed: u32,
+        still_ready: bool,
+        pace: impl FnOnce() -> u64,
+        ahead: impl FnOnce(u32) -> bool,
+    ) -> bool {
+        crate::turn::ends_under_backlog(handed, still_ready, pace, ahead)
+    }
+
+    /// Has a member that was handed `taken` events of `s` since the source's claim count was
+    /// `since` taken more than its share of them (the claims over the group's member slots) by
+    /// half a turn of `batch` or more? A hint, erring towards turns, as the native backend's.
+    pub(crate) fn ahead_of_share(&self, s: usize, taken: u32, since: u32, batch: u32) -> bool {
+        let claims = self.source(s).hold().count.wrapping_sub(since);
+        let share = claims / self.shared.high().max(1);
+        taken > share + batch / 2
     }
 
     /// Is a member other than `me` registered on `s` and idle (someone to hand a turn to)?

@@ -11,13 +11,16 @@ use std::time::{Duration, Instant};
 #[cfg(unix)]
 use super::hand_out::poll_event;
 use super::hand_out::{ready_now, still_ready};
-use super::protocol::{Now, Spin, LIVENESS_CHECK, TAKE_BOUND};
+use super::protocol::{
+    Now, Spin, ACTIVE_WINDOW, LIVENESS_CHECK, QUICK_RETURN, SLOW_RETURNS, TAKE_BOUND,
+};
 use super::{EmulatedWaiter, Protocol};
 use crate::contract::Rotation;
 use crate::error::{Error, Result};
 use crate::interest::Events;
 #[cfg(unix)]
 use crate::registry;
+use crate::sync::monotonic_ns;
 
 /// What one pass of `wait_idle` watches, and until when (see `EmulatedWaiter::plan`).
 struct Pass {
@@ -36,6 +39,17 @@ struct Pass {
     deadline_first: bool,
     /// How long the kernel wait may sleep.
     timeout: Option<Duration>,
+}
+
+/// What a member going busy does with the token of a source it holds (`token_at_busy`).
+enum AtBusy {
+    /// Keeps it through its turn (`ring_watcher`: after a long wait, the watcher is rung to
+    /// look at the hold, see `token_at_busy`).
+    Keep { ring_watcher: bool },
+    /// Ends its turn now: to the back of the line, the token passed on.
+    EndTurn,
+    /// Passes it on (to the back of the line if its turn is over).
+    Pass,
 }
 
 /// How a pass's sleep ended.
@@ -69,7 +83,10 @@ impl EmulatedWaiter {
 
     /// `Rotation::Adaptive`: this member consumed an event of source `s`; if its turn ends
     /// (`Protocol::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
-    /// goes to the back of the line.
+    /// goes to the back of the line, and passes the token on if it kept it (`token_at_busy`).
+    /// The batch under a backlog is `turn::backlog_batch` of the member's pace this turn (16,
+    /// or about 300 µs of events taken closer than 20 µs apart, at most 96), cut short once the
+    /// member is ahead of its share (`Protocol::ahead_of_share`).
     pub(super) fn end_turn(&mut self, tk: &Protocol<'_>, s: usize) {
         if tk.rotation != Rotation::Adaptive {
             return;
@@ -81,14 +98,87 @@ impl EmulatedWaiter {
         else {
             return;
         };
+        if reg.handed == 0 {
+            return; // no turn going on (it ended as the event was handed out): nothing to end
+        }
         if !tk.anyone_else_idle(s, self.me) {
             reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
             return;
         }
         let ready = still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
-        if tk.adaptive_turn_ends(reg.handed, ready) {
+        // The turn's pace: how far apart this member took its events (asked under a backlog).
+        let (handed, started) = (reg.handed, reg.turn_started_ns);
+        let pace = || monotonic_ns().saturating_sub(started) / u64::from(handed.max(1));
+        let (taken, since) = (reg.taken, reg.claims_at_add);
+        let ahead = |batch| tk.ahead_of_share(s, taken, since, batch);
+        if tk.adaptive_turn_ends(handed, ready, pace, ahead) {
             reg.handed = 0;
-            tk.to_back(s, self.me);
+            match tk.leads(s, self.me) {
+                true => tk.pass(s, self.me, true),
+                false => tk.to_back(s, self.me),
+            }
+        }
+    }
+
+    /// This member's turn on `s` starts again from nothing (`handed` 0).
+    fn new_turn(&mut self, s: usize) {
+        if let Some((_, reg)) = self
+            .registrations
+            .iter_mut()
+            .find(|(_, r)| r.source == Some(s))
+        {
+            reg.handed = 0;
+        }
+    }
+
+    /// Going busy with the event of `s` it holds: what becomes of the token of `s`? Passing it
+    /// for the few microseconds a quick member is away, and taking it back (the member is first
+    /// in line while its turn goes on), costs two rings and a wake-up of the next member per
+    /// event, for nothing; so a member keeps it (`Keep`) when:
+    ///
+    /// - its turn goes on (with `Every(n)`, `to_back` was not decided at the hand-out; with
+    ///   `Adaptive`, the turn ends at `consumed`, `end_turn`, and the token passes then);
+    /// - it is quick: it came back to `wait` within `QUICK_RETURN` of its last return at least
+    ///   once in its last `SLOW_RETURNS` (`slow_in_a_row`), so the source waits for it
+    ///   microseconds, not the length of its work. Under `Adaptive` a slow member ends its turn
+    ///   now instead (`EndTurn`): batches pay only for quick members, and the next member
+    ///   serves the backlog meanwhile;
+    /// - it is in a batch (its second event of the turn or later, or the source has a backlog);
+    /// - another member checks on it (the watcher, set when the token last moved, which plans
+    ///   its sleeps with a timer while the source is active, and is rung when a turn's first
+    ///   event is kept after a wait of half `ACTIVE_WINDOW` or more): that member times the hold
+    ///   (`Protocol::take_from_overdue_leader`: past `HOLD_BOUND` it ends the hold and takes the
+    ///   token, as a leader ends another holder's), looks for a ready source left unclaimed
+    ///   (`look_for_stuck`, `TAKE_BOUND`), and is woken by its death (`watch_dependencies`).
+    ///
+    /// Otherwise the token is passed as for any busy member (`Pass`).
+    fn token_at_busy(&self, tk: &Protocol<'_>, s: usize) -> AtBusy {
+        let holds = self.holding.iter().any(|&(held, _, _)| held == s);
+        if !holds || self.to_back.contains(&s) || !tk.leads(s, self.me) {
+            return AtBusy::Pass;
+        }
+        if self.slow_in_a_row >= SLOW_RETURNS {
+            return match tk.rotation {
+                Rotation::Adaptive => AtBusy::EndTurn,
+                Rotation::Every(_) => AtBusy::Pass,
+            };
+        }
+        let handed = self
+            .registrations
+            .iter()
+            .find(|(_, r)| r.source == Some(s))
+            .map_or(0, |(_, r)| r.handed);
+        if !(handed >= 2 || tk.has_backlog(s)) || !tk.has_watcher(s, self.me) {
+            return AtBusy::Pass;
+        }
+        // The watcher plans its sleep with a timer while the source is active; after a wait as
+        // long as half the active window it may sleep without one: rung, it plans again.
+        let long_wait = || {
+            let waited = monotonic_ns().saturating_sub(self.wait_started_ns);
+            waited >= ACTIVE_WINDOW.as_nanos() as u64 / 2
+        };
+        AtBusy::Keep {
+            ring_watcher: handed == 1 && long_wait(),
         }
     }
 
@@ -102,6 +192,16 @@ impl EmulatedWaiter {
         let me = self.me;
         // A timeout too long to add to now is no deadline at all (as in `polling`).
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // Back from handling exclusive events: quickly? (see `token_at_busy`)
+        self.wait_started_ns = monotonic_ns();
+        if self.returned_ns != 0 {
+            let away = self.wait_started_ns.saturating_sub(self.returned_ns);
+            self.slow_in_a_row = match away < QUICK_RETURN.as_nanos() as u64 {
+                true => 0,
+                false => self.slow_in_a_row.saturating_add(1),
+            };
+            self.returned_ns = 0;
+        }
         // Coming back to wait: what was handed out last time has been consumed; what the
         // caller did not say so for is counted.
         if !self.holding.is_empty() {
@@ -129,18 +229,35 @@ impl EmulatedWaiter {
             return Err(crate::members::lost_slot(tk.shared));
         }
         let result = self.wait_idle(tk, events, deadline);
-        // Going busy: pass on every token this member has, so the group keeps listening, and go
-        // to the back of the lines where it is due.
+        // Going busy: pass on every token this member has, so the group keeps listening (but
+        // the one of a turn it goes on with, see `token_at_busy`), and go to the back of the
+        // lines where it is due.
         if !group.members().go_busy(&self.membership) {
             return Err(crate::members::lost_slot(tk.shared));
         }
-        for &s in &self.sources {
-            let to_back = self.to_back.contains(&s);
+        for i in 0..self.sources.len() {
+            let s = self.sources[i];
+            let to_back = match self.token_at_busy(tk, s) {
+                AtBusy::Keep { ring_watcher } => {
+                    if ring_watcher {
+                        tk.ring_watcher(s);
+                    }
+                    continue;
+                }
+                AtBusy::EndTurn => {
+                    self.new_turn(s);
+                    true
+                }
+                AtBusy::Pass => self.to_back.contains(&s),
+            };
             if to_back || tk.leads(s, me) {
                 tk.pass(s, me, to_back);
             }
         }
         self.to_back.clear();
+        if !self.holding.is_empty() {
+            self.returned_ns = monotonic_ns();
+        }
         result
     }
 
@@ -223,6 +340,10 @@ impl EmulatedWaiter {
                 continue; // a member came back to wait meanwhile: its event
             }
             reg.handed += 1;
+            reg.taken = reg.taken.wrapping_add(1);
+            if reg.handed == 1 {
+                reg.turn_started_ns = monotonic_ns();
+            }
             self.holding.push((s, reg.key, hold));
             events.push(event);
         }
@@ -569,14 +690,21 @@ impl EmulatedWaiter {
 
     /// For the exclusive sources whose leader this member checks on: a source ready while
     /// nobody holds it and its leader claims nothing for `TAKE_BOUND` has a stuck leader
-    /// (stopped, or handed the token while stopped): this member takes the token from it.
+    /// (stopped, or handed the token while stopped), and so has one that holds the source
+    /// itself past `HOLD_BOUND` (`Protocol::take_from_overdue_leader`): this member takes the
+    /// token from it.
     pub(super) fn look_for_stuck(&mut self, tk: &Protocol<'_>) {
         let me = self.me;
+        let now = Now::new();
         for &fd in &self.exclusive_fds {
             let Some(reg) = self.registrations.get_mut(&fd) else {
                 continue;
             };
             let Some(s) = reg.source else { continue };
+            if tk.take_from_overdue_leader(s, me, &now) {
+                reg.suspect = None;
+                continue;
+            }
             let checking = tk.leader_to_check(s, me);
             let Some((leader, claimed)) = checking.filter(|_| ready_now(fd, reg.interest)) else {
                 reg.suspect = None;

@@ -6,11 +6,12 @@
 //! A dead one is cleared out by a reap, which the member table runs (`Members::reap`) with this
 //! backend's hook (`clear_out`). A leader that leaves its ready source unclaimed for
 //! `TAKE_BOUND` (stopped, or starved of CPU) loses the token to its watcher
-//! (`take_from_stuck`).
+//! (`take_from_stuck`), and so does a leader that holds its source itself past `HOLD_BOUND`
+//! (it kept the token through its turn and stalled with an event: `take_from_overdue_leader`).
 
 use std::time::Duration;
 
-use super::{Now, Occupant, Protocol, ACTIVE_WINDOW, LIVENESS_CHECK};
+use super::{Now, Occupant, Protocol, ACTIVE_WINDOW, HOLD_BOUND, LIVENESS_CHECK};
 use crate::members::Life;
 use crate::shared::NONE;
 
@@ -28,19 +29,66 @@ impl Protocol<'_> {
     }
 
     /// How long `me` may sleep before it looks whether the leader of `s` is stuck (stopped, or
-    /// starved of CPU, with the source ready and unclaimed): only the member that checks on
-    /// that leader (its watcher) looks, only while nobody holds the source, and only while the
-    /// source is active (claimed within `ACTIVE_WINDOW`): every `LIVENESS_CHECK` at first, then
-    /// as long again as the source has been quiet, so a source that goes quiet costs a handful
-    /// of looks and then none.
+    /// starved of CPU, with the source ready and unclaimed, or holding it itself too long):
+    /// only the member that checks on that leader (its watcher) looks. While the leader holds
+    /// the source itself (it kept the token through its turn), when that hold would be overdue
+    /// (`take_from_overdue_leader`); while another member holds it, never (the leader times
+    /// that hold); while nobody holds it, only while the source is active (claimed within
+    /// `ACTIVE_WINDOW`): every `LIVENESS_CHECK` at first, then as long again as the source has
+    /// been quiet, so a source that goes quiet costs a handful of looks and then none.
     pub(crate) fn stuck_look_in(&self, s: usize, me: Occupant, now: &Now) -> Option<Duration> {
         let src = self.source(s);
         let leader = src.leader();
-        if leader.is_none() || leader == me || src.watcher() != me || !src.hold().is_free() {
+        if leader.is_none() || leader == me || src.watcher() != me {
             return None;
         }
+        let hold = src.hold();
         let quiet = Duration::from_nanos(now.get().saturating_sub(src.claimed_at()));
+        if hold.slot == leader.slot {
+            return Some(HOLD_BOUND.saturating_sub(quiet));
+        }
+        if !hold.is_free() {
+            return None;
+        }
         (quiet < ACTIVE_WINDOW).then(|| quiet.max(LIVENESS_CHECK))
+    }
+
+    /// Is `me`, leading `s`, checked on by another member (its watcher, idle or about to be)?
+    pub(crate) fn has_watcher(&self, s: usize, me: Occupant) -> bool {
+        let watcher = self.source(s).watcher();
+        !watcher.is_none() && watcher.slot != me.slot
+    }
+
+    /// Rings the watcher of `s`, so that it looks at the source again before it sleeps: its
+    /// leader has just kept the token through the first event of a turn after a long wait,
+    /// while the watcher may sleep with no timer, and the watcher times that hold
+    /// (`stuck_look_in`).
+    pub(crate) fn ring_watcher(&self, s: usize) {
+        let watcher = self.source(s).watcher();
+        if !watcher.is_none() {
+            self.wake(watcher.slot);
+        }
+    }
+
+    /// `me` checks on the leader of `s`, which holds `s` itself (it kept the token through its
+    /// turn, `EmulatedWaiter::token_at_busy`, and is busy with the event): if that hold is
+    /// overdue (`HOLD_BOUND` since its claim), the leader is stalled with it, and nobody else
+    /// times it. The hold is ended, as a leader ends another holder's overdue hold, and `me`
+    /// takes the token (`take_from_stuck`), so the source is watched again. The hold is read
+    /// before its age and ended by compare-and-swap against that very hold, so a leader that
+    /// released and claimed again meanwhile keeps its young hold. Returns whether `me` took it.
+    pub(crate) fn take_from_overdue_leader(&self, s: usize, me: Occupant, now: &Now) -> bool {
+        let src = self.source(s);
+        let leader = src.leader();
+        let hold = src.hold();
+        if leader.is_none() || leader == me || src.watcher() != me || hold.slot != leader.slot {
+            return false;
+        }
+        let since_claim = now.get().saturating_sub(src.claimed_at());
+        if since_claim < HOLD_BOUND.as_nanos() as u64 || !src.end(hold) {
+            return false;
+        }
+        self.take_from_stuck(s, me, leader)
     }
 
     /// `me` checks on `stuck`, which leads `s` but left it ready and unclaimed for

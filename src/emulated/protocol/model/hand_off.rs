@@ -448,3 +448,81 @@ fn a_busy_look_leaves_a_returning_leader_its_message() {
         assert!(message.swap(false, SeqCst), "the leader's message was gone");
     });
 }
+
+/// A leader that kept the token through its turn (`EmulatedWaiter::token_at_busy`) holds its
+/// source past `HOLD_BOUND` while its watcher looks (`Protocol::take_from_overdue_leader`), and
+/// at that moment the leader, running again, releases and claims the next event. Whatever the
+/// interleaving: the watcher ends only the overdue hold (a claim made after its look is young,
+/// and kept), never a hold it did not see; if it takes the token, the source is led by an idle
+/// member and the stalled leader's late release finds nothing; and the source is never left
+/// held by nobody's claim nor led by nobody.
+#[test]
+fn a_watcher_ends_a_stalled_leaders_own_hold() {
+    loom::model(|| {
+        let w = World::new(2);
+        let (leader, watcher) = (0, 1);
+        w.set_state(watcher, state::IDLE);
+        w.lead(0, leader);
+        w.source(0).set_watcher(w.who(watcher));
+        let stale = w.token().claim(0, w.who(leader)).expect("a free source");
+        crate::sync::advance(HOLD_BOUND);
+        let running_again = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let tk = w.token();
+                tk.release(0, stale);
+                // Back to work: the next event, as `hand_one` takes it, if it still leads.
+                match tk.leads(0, w.who(leader)) {
+                    true => tk.claim(0, w.who(leader)),
+                    false => None,
+                }
+            })
+        };
+        let took = w
+            .token()
+            .take_from_overdue_leader(0, w.who(watcher), &Now::new());
+        let young = running_again.join().unwrap();
+        let src = w.source(0);
+        if took {
+            assert_eq!(src.leader(), w.who(watcher), "the watcher took the token");
+            if let Some(hold) = young {
+                // Claimed while it still led, before the watcher's look: kept.
+                assert_eq!(src.hold(), hold, "a young hold was ended");
+            }
+        } else {
+            assert_eq!(
+                src.leader(),
+                w.who(leader),
+                "the token moved with nobody taking it"
+            );
+            assert!(young.is_some(), "the leader still leads: it claimed again");
+            assert_eq!(src.hold(), young.unwrap(), "a young hold was ended");
+        }
+    });
+}
+
+/// The same watcher's look while the stalled leader stays stalled: it ends the overdue hold and
+/// takes the token, once, and a second look changes nothing.
+#[test]
+fn a_watcher_takes_the_token_from_a_leader_stalled_with_its_event() {
+    loom::model(|| {
+        let w = World::new(2);
+        let (leader, watcher) = (0, 1);
+        w.set_state(watcher, state::IDLE);
+        w.lead(0, leader);
+        w.source(0).set_watcher(w.who(watcher));
+        let stale = w.token().claim(0, w.who(leader)).expect("a free source");
+        let tk = w.token();
+        assert!(
+            !tk.take_from_overdue_leader(0, w.who(watcher), &Now::new()),
+            "a young hold was ended"
+        );
+        crate::sync::advance(HOLD_BOUND);
+        assert!(tk.take_from_overdue_leader(0, w.who(watcher), &Now::new()));
+        assert!(w.source(0).hold().is_free());
+        assert_eq!(w.source(0).leader(), w.who(watcher));
+        assert!(!tk.take_from_overdue_leader(0, w.who(watcher), &Now::new()));
+        tk.release(0, stale); // the leader's late release: nothing left to release
+        assert!(w.source(0).hold().is_free());
+    });
+}

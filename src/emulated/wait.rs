@@ -16,7 +16,7 @@ use super::protocol::{
 };
 use super::{EmulatedWaiter, Protocol};
 use crate::contract::Rotation;
-use crate::error::{Error, Result};
+use crate::error::{Error, RawSource, Result};
 use crate::interest::Events;
 #[cfg(unix)]
 use crate::registry;
@@ -120,17 +120,6 @@ impl EmulatedWaiter {
         }
     }
 
-    /// This member's turn on `s` starts again from nothing (`handed` 0).
-    fn new_turn(&mut self, s: usize) {
-        if let Some((_, reg)) = self
-            .registrations
-            .iter_mut()
-            .find(|(_, r)| r.source == Some(s))
-        {
-            reg.handed = 0;
-        }
-    }
-
     /// Going busy with the event of `s` it holds: what becomes of the token of `s`? Passing it
     /// for the few microseconds a quick member is away, and taking it back (the member is first
     /// in line while its turn goes on), costs two rings and a wake-up of the next member per
@@ -152,7 +141,8 @@ impl EmulatedWaiter {
     ///   (`look_for_stuck`, `TAKE_BOUND`), and is woken by its death (`watch_dependencies`).
     ///
     /// Otherwise the token is passed as for any busy member (`Pass`).
-    fn token_at_busy(&self, tk: &Protocol<'_>, s: usize) -> AtBusy {
+    /// (`fd` is the exclusive descriptor of `s`: `sources` and `exclusive_fds` go in step.)
+    fn token_at_busy(&self, tk: &Protocol<'_>, s: usize, fd: RawSource) -> AtBusy {
         let holds = self.holding.iter().any(|&(held, _, _)| held == s);
         if !holds || self.to_back.contains(&s) || !tk.leads(s, self.me) {
             return AtBusy::Pass;
@@ -165,9 +155,9 @@ impl EmulatedWaiter {
         }
         let handed = self
             .registrations
-            .iter()
-            .find(|(_, r)| r.source == Some(s))
-            .map_or(0, |(_, r)| r.handed);
+            .get(&fd)
+            .filter(|r| r.source == Some(s))
+            .map_or(0, |r| r.handed);
         if !(handed >= 2 || tk.has_backlog(s)) || !tk.has_watcher(s, self.me) {
             return AtBusy::Pass;
         }
@@ -236,8 +226,8 @@ impl EmulatedWaiter {
             return Err(crate::members::lost_slot(tk.shared));
         }
         for i in 0..self.sources.len() {
-            let s = self.sources[i];
-            let to_back = match self.token_at_busy(tk, s) {
+            let (s, fd) = (self.sources[i], self.exclusive_fds[i]);
+            let to_back = match self.token_at_busy(tk, s, fd) {
                 AtBusy::Keep { ring_watcher } => {
                     if ring_watcher {
                         tk.ring_watcher(s);
@@ -245,7 +235,10 @@ impl EmulatedWaiter {
                     continue;
                 }
                 AtBusy::EndTurn => {
-                    self.new_turn(s);
+                    let reg = self.registrations.get_mut(&fd);
+                    if let Some(reg) = reg.filter(|r| r.source == Some(s)) {
+                        reg.handed = 0; // a new turn, from nothing
+                    }
                     true
                 }
                 AtBusy::Pass => self.to_back.contains(&s),

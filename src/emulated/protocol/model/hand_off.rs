@@ -449,6 +449,17 @@ fn a_busy_look_leaves_a_returning_leader_its_message() {
     });
 }
 
+/// Member 0 leads source 0 and holds it itself (it kept the token through its turn), checked on
+/// by member 1, idle; its hold, claimed now.
+fn kept_by_its_leader() -> (Arc<World>, Hold) {
+    let w = World::new(2);
+    w.set_state(1, state::IDLE);
+    w.lead(0, 0);
+    w.source(0).set_watcher(w.who(1));
+    let hold = w.token().claim(0, w.who(0)).expect("a free source");
+    (w, hold)
+}
+
 /// A leader that kept the token through its turn (`EmulatedWaiter::token_at_busy`) holds its
 /// source past `HOLD_BOUND` while its watcher looks (`Protocol::take_from_overdue_leader`), and
 /// at that moment the leader, running again, releases and claims the next event. Whatever the
@@ -459,12 +470,8 @@ fn a_busy_look_leaves_a_returning_leader_its_message() {
 #[test]
 fn a_watcher_ends_a_stalled_leaders_own_hold() {
     loom::model(|| {
-        let w = World::new(2);
+        let (w, stale) = kept_by_its_leader();
         let (leader, watcher) = (0, 1);
-        w.set_state(watcher, state::IDLE);
-        w.lead(0, leader);
-        w.source(0).set_watcher(w.who(watcher));
-        let stale = w.token().claim(0, w.who(leader)).expect("a free source");
         crate::sync::advance(HOLD_BOUND);
         let running_again = {
             let w = w.clone();
@@ -506,12 +513,8 @@ fn a_watcher_ends_a_stalled_leaders_own_hold() {
 #[test]
 fn a_watcher_takes_the_token_from_a_leader_stalled_with_its_event() {
     loom::model(|| {
-        let w = World::new(2);
-        let (leader, watcher) = (0, 1);
-        w.set_state(watcher, state::IDLE);
-        w.lead(0, leader);
-        w.source(0).set_watcher(w.who(watcher));
-        let stale = w.token().claim(0, w.who(leader)).expect("a free source");
+        let (w, stale) = kept_by_its_leader();
+        let watcher = 1;
         let tk = w.token();
         assert!(
             !tk.take_from_overdue_leader(0, w.who(watcher), &Now::new()),

@@ -43,6 +43,7 @@ fn token(fd: RawFd, gen: u64) -> u64 {
     registry::token(fd, gen)
 }
 
+mod aside;
 mod deaths;
 mod hand_on;
 mod hints;
@@ -93,6 +94,9 @@ struct Registration {
     /// was handed its last event of this descriptor: if the count moved by the time the member
     /// consumed it, the event overlapped another one (`Adaptive` only).
     mark: u64,
+    /// Does the member stand aside from this descriptor's line (its entry deleted, not added
+    /// back: `aside.rs`)?
+    aside: bool,
 }
 
 impl registry::Registered for Registration {
@@ -142,6 +146,8 @@ pub(crate) struct NativeWaiter {
     /// `hand_on_if_ready`).
     consumed_at: u64,
     quick: bool,
+    /// How many of its exclusive registrations the member stands aside from (`aside.rs`).
+    aside: u32,
     /// Whose death this member watches (`crate::ring`), and the pidfd in `epoll` it watches it
     /// by (`deaths.rs`); boxed, as it is looked at only when the group's roster changes.
     deaths: Box<deaths::Deaths>,
@@ -188,6 +194,7 @@ impl NativeWaiter {
             ready_seen: std::cell::Cell::new(None),
             consumed_at: 0,
             quick: false,
+            aside: 0,
             deaths: Box::default(),
         };
         waiter
@@ -290,6 +297,7 @@ impl NativeWaiter {
     /// back to theirs, and if nobody waits even then, the turn goes on with nothing moved.
     /// Returns whether it decided (false: deferred to the next `wait`).
     fn end_turn(&mut self, fd: RawFd, last_chance: bool) -> Result<bool> {
+        self.ready_seen.set(None); // asked afresh for this turn, if at all
         let nobody = self.nobody_to_hand_to();
         let Some(reg) = self.registrations.get(&fd).copied() else {
             return Ok(true);
@@ -316,7 +324,7 @@ impl NativeWaiter {
             return Ok(true);
         }
         self.set_handed(fd, 0);
-        self.rotate(fd).map(|()| true)
+        self.pass_turn(fd).map(|()| true)
     }
 
     /// In a stream: has this member been handed more than its share of the group's events (the
@@ -358,6 +366,8 @@ impl NativeWaiter {
         while let Some(fd) = self.rotate_pending.pop() {
             self.end_turn(fd, true)?;
         }
+        // Back into the lines whose backlog was served while the member stood aside.
+        self.step_back_where_due(false)?;
         // A look that does not sleep lets no stale entry take a wake-up (only an epoll with a
         // thread waiting stops the kernel's walk): its exclusive events are checked one by one
         // instead, which costs a busy poller nothing while there are none.
@@ -380,6 +390,7 @@ impl NativeWaiter {
         loop {
             let sweeping = !by_event && !self.exclusive.is_empty();
             let (ms, capped) = deaths::sweep_cap(timeout_ms(deadline), sweeping);
+            let (ms, aside_capped) = self.aside_cap(ms);
             // Marked waiting (someone to hand a turn to) while inside the kernel wait; a look is
             // not (it sleeps nowhere, and busy pollers would bounce the bitmap's line at every
             // look).
@@ -402,6 +413,10 @@ impl NativeWaiter {
                 }
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
+            if n == 0 && aside_capped {
+                self.step_back_where_due(true)?; // stood aside long enough: back in line
+                continue;
+            }
             if n == 0 && capped {
                 on_death(None); // a dead member's readiness is handed on through a bell
                 by_event = self.watch_neighbour(on_death);
@@ -462,6 +477,8 @@ impl NativeWaiter {
                 by_event = self.neighbour_died(on_death);
             }
             if rung {
+                // A ring hands this member a turn: back into every line it stood aside from.
+                self.step_back_where_due(true)?;
                 noted |= self.take_handed_on(events, max);
             }
             if noted {

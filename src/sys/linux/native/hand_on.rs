@@ -108,6 +108,9 @@ impl NativeWaiter {
         let Some(reg) = self.registrations.get(&fd) else {
             return;
         };
+        if reg.aside {
+            return; // the turn was handed on as it ended (`aside.rs`)
+        }
         let ready = match seen {
             Some((seen_fd, ready)) if seen_fd == fd => ready, // the turn rule just asked
             _ => registry::still_ready(fd, reg.interest),

@@ -71,12 +71,16 @@ impl NativeWaiter {
                 handed: 0,
                 outstanding: false,
                 mark: 0,
+                aside: false,
             },
         );
     }
 
     pub(super) fn forget(&mut self, fd: RawFd) -> Option<Registration> {
         let old = self.registrations.remove(fd)?;
+        if old.aside {
+            self.aside -= 1;
+        }
         self.rotate_pending.retain(|&p| p != fd);
         if old.interest.is_exclusive() {
             self.exclusive.retain(|&x| x != fd);
@@ -119,6 +123,10 @@ impl NativeWaiter {
 
     pub(crate) fn delete(&mut self, fd: RawFd) -> Result<()> {
         let reg = *self.registrations.registered(fd)?;
+        if reg.aside {
+            self.forget(fd); // standing aside: no entry to delete
+            return Ok(());
+        }
         match ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
             Ok(()) => {
                 self.forget(fd);
@@ -206,8 +214,12 @@ impl NativeWaiter {
         self.watch_death(&epoll)
             .map_err(|e| Error::io("watching the neighbour's death", e))?;
         let fds: Vec<RawFd> = self.registrations.keys().copied().collect();
+        // Every live registration gets an entry in the new instance: none stands aside.
+        self.aside = 0;
         for fd in fds {
-            let reg = self.registrations[&fd];
+            let reg = self.registrations.get_mut(&fd).expect("a registered number");
+            reg.aside = false;
+            let reg = *reg;
             let flags = epoll_flags(reg.interest);
             let live = registry::still_names(fd, reg.file)
                 && ctl(&epoll, libc::EPOLL_CTL_ADD, fd, flags, token(fd, reg.gen)).is_ok();
@@ -230,9 +242,13 @@ impl NativeWaiter {
     /// has one (`entry_is_live`), else an `fstat`.
     pub(super) fn drop_stale_exclusive(&mut self) -> Result<()> {
         let probe = mod_probe_works();
-        let stale = self.exclusive.iter().any(|&fd| match probe {
-            true => !entry_is_live(&self.epoll, fd),
-            false => !registry::still_names(fd, self.registrations[&fd].file),
+        let stale = self.exclusive.iter().any(|&fd| {
+            let reg = &self.registrations[&fd];
+            match probe && !reg.aside {
+                true => !entry_is_live(&self.epoll, fd),
+                // Standing aside, it has no entry to probe (`aside.rs`): its file is asked.
+                false => !registry::still_names(fd, reg.file),
+            }
         });
         if stale {
             self.rebuild()?;

@@ -133,7 +133,7 @@ impl Life {
     fn to(self, state: u32, owner: u32) -> Life {
         Life::new(state, self.generation(), owner)
     }
-    fn is_joined(self) -> bool {
+    pub(crate) fn is_joined(self) -> bool {
         matches!(self.state(), state::IDLE | state::BUSY)
     }
 }

@@ -8,11 +8,12 @@
 //! - `Every(n)`: after `n` events (`due_by_count`; never for `Every(0)`), decided as the event
 //!   is handed out (emulated) or consumed (native);
 //! - `Adaptive`, once the member consumed an event: natively (`ends`), in a *stream* (events
-//!   closer than [`STREAM_GAP`] apart on average that overlap) after `stream_batch` events or
-//!   when the member is ahead of its share; otherwise after this event unless the descriptor is
-//!   still ready (a backlog), and after [`ADAPTIVE_BATCH`] in a row whatever the backlog. The
-//!   emulation (`ends_under_backlog`), where one member holds a descriptor at a time and events
-//!   never overlap: after this event unless there is a backlog, and under a backlog after
+//!   closer than [`STREAM_GAP`] apart on average that overlap) after `stream_batch` events or,
+//!   from `ADAPTIVE_BATCH` on, when the member is ahead of its share; otherwise after this
+//!   event unless the descriptor is still ready (a backlog), and after [`ADAPTIVE_BATCH`] in a
+//!   row whatever the backlog. The emulation (`ends_under_backlog`), where one member holds a
+//!   descriptor at a time and events never overlap: after this event unless there is a
+//!   backlog, and under a backlog after
 //!   `backlog_batch` events (a backlog taken closer than `STREAM_GAP` apart is its stream) or
 //!   when the member is ahead of its share.
 //!
@@ -95,7 +96,10 @@ pub(crate) fn backlog_batch(pace_ns: u64) -> u32 {
 
 /// The member consumed its `handed`-th event in a row: is its turn over? `Every(n)`: after `n`
 /// (`due_by_count`). `Adaptive`: in a stream of turns of `stream` events, after that many or
-/// once the member is `ahead` of its share (asked only then); otherwise unless the descriptor
+/// once the member is `ahead` of its share (asked only then, and only from `ADAPTIVE_BATCH`
+/// events on: the native share is the group's, not the descriptor's, and a turn handed on
+/// costs a ring, so a member of a descriptor that few of the group's members watch, always
+/// ahead of that share, still takes batches); otherwise unless the descriptor
 /// has a `backlog` (asked only then), and after `ADAPTIVE_BATCH` whatever the backlog. The
 /// native backend's rule (the emulation's is `ends_under_backlog`).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's rule
@@ -108,7 +112,9 @@ pub(crate) fn ends(
 ) -> bool {
     match (rotation, stream) {
         (Rotation::Every(_), _) => due_by_count(rotation, handed),
-        (Rotation::Adaptive, Some(batch)) => handed >= batch || ahead(batch),
+        (Rotation::Adaptive, Some(batch)) => {
+            handed >= batch || (handed >= ADAPTIVE_BATCH && ahead(batch))
+        }
         (Rotation::Adaptive, None) => handed >= ADAPTIVE_BATCH || !backlog(),
     }
 }
@@ -135,6 +141,14 @@ mod tests {
         ));
         assert!(!ends(Rotation::Adaptive, 20, Some(96), never, || false));
         assert!(ends(Rotation::Adaptive, 96, Some(96), never, || true));
+        assert!(ends(
+            Rotation::Adaptive,
+            ADAPTIVE_BATCH,
+            Some(96),
+            |_| true,
+            || true
+        ));
+        assert!(!ends(Rotation::Adaptive, 15, Some(96), |_| true, || true));
         assert_eq!(stream_batch(false, 1_000), None);
         assert_eq!(stream_batch(true, 0), None);
         assert_eq!(stream_batch(true, STREAM_GAP.as_nanos() as u64), None);

@@ -482,12 +482,148 @@ fn queue_trials(backend: Backend, trials: usize, members: usize) {
     assert_eq!(stalls, 0, "messages left unread");
 }
 
+/// Messages of the mixed-group test.
+const MIXED_MESSAGES: u64 = 3000;
+
+/// One run of the mixed group: `on_q1` threads serve queue 1, kept full by `SENDERS` blocked
+/// senders (its receives wake no poller), under the default rule; `on_q2` other members of the
+/// same group, joined between them (so that the ring order alternates), watch an empty queue 2
+/// only. Each q1 member receives at once after its event, so its turns end under the backlog
+/// and are handed on through the ring order, where the next idle member is often one of q2's.
+/// Returns the q1 members' counts and how long the messages took, or `None` without queues
+/// (said already).
+fn mixed_group(backend: Backend, on_q1: usize, on_q2: usize) -> Option<(Vec<u64>, Duration)> {
+    let (read1, write1) = fresh_queue(&format!("mixed1-{backend:?}-{on_q2}"))?;
+    let (read2, write2) = fresh_queue(&format!("mixed2-{backend:?}-{on_q2}"))?;
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(on_q1 + on_q2)
+        .build()
+        .unwrap();
+    let interest = Interest::READABLE.exclusive().one_event_round_robin();
+    let received = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let tids = Mutex::new(Vec::new());
+    let counts: Vec<AtomicU64> = (0..on_q1).map(|_| AtomicU64::new(0)).collect();
+    let mut took = Duration::ZERO;
+    std::thread::scope(|s| {
+        // q1, q2, q1, q2, …: the ring order alternates between the queues' members.
+        let mut roles: Vec<bool> = (0..on_q1.min(on_q2)).flat_map(|_| [true, false]).collect();
+        roles.extend(std::iter::repeat_n(true, on_q1.saturating_sub(on_q2)));
+        roles.extend(std::iter::repeat_n(false, on_q2.saturating_sub(on_q1)));
+        let mut q1_members = counts.iter();
+        for q1 in roles {
+            let mut waiter = group.join().unwrap();
+            let read = if q1 { &read1 } else { &read2 };
+            waiter.add(read, 0, interest).unwrap();
+            let (received, stop, tids) = (&received, &stop, &tids);
+            let count = if q1 { q1_members.next() } else { None };
+            s.spawn(move || {
+                tids.lock().unwrap().push(gettid());
+                let mut events = Events::with_capacity(1);
+                while !stop.load(SeqCst) {
+                    let n = waiter
+                        .wait(&mut events, Some(Duration::from_millis(100)))
+                        .unwrap();
+                    if n == 0 {
+                        continue;
+                    }
+                    let mut buf = [0u8; 8];
+                    let got = mq_receive(read, &mut buf, &mut 0);
+                    waiter.consumed(0).unwrap();
+                    if got.is_ok() {
+                        count.expect("q2 stays empty").fetch_add(1, SeqCst);
+                        received.fetch_add(1, SeqCst);
+                    }
+                }
+            });
+        }
+        let asleep: Vec<(u32, i32)> = loop {
+            let seen = tids.lock().unwrap().clone();
+            if seen.len() == on_q1 + on_q2 {
+                break seen.iter().map(|&t| (std::process::id(), t)).collect();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        herdless_fixtures::until_asleep(&asleep, Duration::from_secs(20)).unwrap();
+        let start = Instant::now();
+        for sender in 0..SENDERS {
+            let (write1, stop) = (&write1, &stop);
+            s.spawn(move || {
+                for i in (sender..MIXED_MESSAGES).step_by(SENDERS as usize) {
+                    while !timed_send(write1, i, Duration::from_millis(100)) {
+                        if stop.load(SeqCst) {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        let mut seen = 0;
+        let mut since = Instant::now();
+        while received.load(SeqCst) < MIXED_MESSAGES {
+            std::thread::sleep(Duration::from_millis(1));
+            let now = received.load(SeqCst);
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            } else if since.elapsed() > STALL {
+                break;
+            }
+        }
+        took = start.elapsed();
+        stop.store(true, SeqCst);
+    });
+    for mq in [read1, write1, read2, write2] {
+        nix::mqueue::mq_close(mq).unwrap();
+    }
+    let counts: Vec<u64> = counts.iter().map(|c| c.load(SeqCst)).collect();
+    assert_eq!(
+        counts.iter().sum::<u64>(),
+        MIXED_MESSAGES,
+        "{backend:?}: messages left unread on the full queue (stalled): {counts:?}"
+    );
+    Some((counts, took))
+}
+
+/// A group whose members watch different queues: the turns of a full queue are handed on
+/// through the group's ring order, and a ring that lands on a member of the other queue (who
+/// has nothing to take) does not strand the queue. Natively the rung member rings the member
+/// who handed it the turn back (`src/sys/linux/native/hand_on.rs`); without that, each such
+/// ring cost `aside::ASIDE_BOUND` (10 ms) before the member standing aside came back by itself.
+/// Asserted: every message read once, every q1 member a real share (a quarter of its own at
+/// least), and the run with 3 members of the other queue between them at most 5 times as long
+/// as the same run without them (measured in this test, one after the other), plus 50 ms.
+fn a_full_queue_beside_another_queues_members(backend: Backend) {
+    let Some((alone, alone_took)) = mixed_group(backend, 3, 0) else {
+        return;
+    };
+    let Some((mixed, mixed_took)) = mixed_group(backend, 3, 3) else {
+        return;
+    };
+    eprintln!(
+        "{backend:?}: {MIXED_MESSAGES} messages of a full queue to 3 members: alone {alone:?} \
+         in {alone_took:?}; beside 3 members of another queue {mixed:?} in {mixed_took:?}"
+    );
+    for &c in &mixed {
+        assert!(
+            c >= MIXED_MESSAGES / 3 / 4,
+            "a member took less than a quarter of its share: {mixed:?}"
+        );
+    }
+    assert!(
+        mixed_took <= alone_took * 5 + Duration::from_millis(50),
+        "the other queue's members slowed the full queue down: {mixed_took:?} against \
+         {alone_took:?} alone"
+    );
+}
+
 every_backend!(
     two_requests_default_turns,
     two_requests_strict_turns,
     three_requests_processes,
     a_member_killed_holding_a_readiness,
     leaving_a_full_queue_with_senders_blocked,
+    a_full_queue_beside_another_queues_members,
 );
 
 /// The issue's figure: 200 trials of 100 members (`-- --ignored`).

@@ -324,7 +324,15 @@ impl NativeWaiter {
             return Ok(true);
         }
         self.set_handed(fd, 0);
-        self.pass_turn(fd).map(|()| true)
+        match self.rotation {
+            // Under a backlog the turn is handed on, and the member stands aside (`aside.rs`).
+            Rotation::Adaptive => self.pass_turn(fd),
+            // Turns by count only move the entry: a member back in its wait first may take the
+            // next event of a backlog itself (a ring per event cost strict turns twice the
+            // time of `herd`'s raw flag at 500 waiters, `docs/lab.md`).
+            Rotation::Every(_) => self.rotate(fd),
+        }
+        .map(|()| true)
     }
 
     /// In a stream: has this member been handed more than its share of the group's events (the

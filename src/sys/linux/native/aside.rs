@@ -25,7 +25,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::hand_on::ring_idle;
+use super::hand_on::ring_idle_for_turn;
 use super::kernel::{ctl, epoll_flags};
 use super::{token, NativeWaiter};
 use crate::error::Result;
@@ -62,7 +62,7 @@ impl NativeWaiter {
                 e,
             ));
         }
-        if !ring_idle(&self.shared, &self.bells, Some(self.me)) {
+        if !ring_idle_for_turn(&self.shared, &self.bells, self.me) {
             return self.step_back(fd); // nobody to hand the turn to: the tail, as a rotation
         }
         if let Some(reg) = self.registrations.get_mut(&fd) {

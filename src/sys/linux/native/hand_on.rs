@@ -51,27 +51,60 @@ pub(super) const BELL_DATA: u64 = u64::MAX - 1;
 /// it; returns whether it rang one. A rung member looks at its exclusive descriptors; one with
 /// its bell rung and not yet drained will look anyway.
 pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<u32>) -> bool {
+    ring_first_idle(shared, bells, except, RUNG)
+}
+
+/// As `ring_idle`, for member `me` whose turn ended and who stands aside (`aside.rs`): the rung
+/// member knows who rang, and rings it back if it finds nothing to take (the ring was for a
+/// descriptor it does not have), so that the turn comes back to `me` rather than wait for
+/// `aside::ASIDE_BOUND`.
+pub(super) fn ring_idle_for_turn(shared: &SharedState, bells: &Doorbells, me: u32) -> bool {
+    ring_first_idle(shared, bells, Some(me), RUNG_BY_MEMBER + me)
+}
+
+/// A member slot's `rung` word: 0 (not rung), `RUNG` (rung), or `RUNG_BY_MEMBER + m` (rung by
+/// member `m` standing aside, see `ring_idle_for_turn`).
+const RUNG: u32 = 1;
+const RUNG_BY_MEMBER: u32 = 2;
+
+fn ring_first_idle(
+    shared: &SharedState,
+    bells: &Doorbells,
+    except: Option<u32>,
+    mark: u32,
+) -> bool {
     let high = shared.high();
     let cursor = &super::NativeHints::of(shared).ring_cursor;
     first_in_ring(high, cursor.load(SeqCst), |m| {
-        if Some(m) == except {
+        if Some(m) == except || !ring_member(shared, bells, m, mark, state::IDLE) {
             return None;
         }
-        let slot = shared.member(m);
-        let life = slot.life();
-        if life.state() != state::IDLE || slot.rung.load(SeqCst) != 0 {
-            return None;
-        }
-        if slot.rung.swap(1, SeqCst) != 0 {
-            return None; // another ringer came first
-        }
-        bells.ring(m, life.generation());
         // A plain store: two ringers racing may leave it at either one's member, and either is
         // past a member just rung.
         cursor.store((m + 1) % high, SeqCst);
         Some(())
     })
     .is_some()
+}
+
+/// Rings member `m`'s bell, marking its slot `mark`, if it is in `when` (`state::IDLE`: inside
+/// its wait; `state::BUSY`: joined, inside its wait or not) and not rung already; returns
+/// whether it rang. A member rung outside its wait finds its bell readable at its next wait.
+fn ring_member(shared: &SharedState, bells: &Doorbells, m: u32, mark: u32, when: u32) -> bool {
+    let slot = shared.member(m);
+    let life = slot.life();
+    let state_ok = match when {
+        state::IDLE => life.state() == state::IDLE,
+        _ => life.is_joined(),
+    };
+    if !state_ok || slot.rung.load(SeqCst) != 0 {
+        return false;
+    }
+    if slot.rung.swap(mark, SeqCst) != 0 {
+        return false; // another ringer came first
+    }
+    bells.ring(m, life.generation());
+    true
 }
 
 impl NativeWaiter {
@@ -152,7 +185,8 @@ impl NativeWaiter {
     /// The member's bell rang: its bell is drained, and its exclusive descriptors that are
     /// ready now and not among `events` already are handed out (up to `max` events in all),
     /// with one zero-timeout `poll`; with no room left, the bell is left for the next wait.
-    /// Returns whether any was.
+    /// A member rung for a turn (`ring_idle_for_turn`) that takes no exclusive event in this
+    /// wait rings the member who handed it back. Returns whether the stream hint counts any.
     pub(super) fn take_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
         if events.len() >= max {
             // No room (one event per wait, and the kernel gave one): the bell stays rung and
@@ -161,7 +195,31 @@ impl NativeWaiter {
         }
         self.bells.drain(self.me);
         // After the drain (a ring between a clear and the drain would be lost).
-        self.shared.member(self.me).rung.store(0, SeqCst);
+        let by = self.shared.member(self.me).rung.swap(0, SeqCst);
+        let noted = self.look_handed_on(events, max);
+        // Handed an exclusive event by this wait, from the kernel or the look?
+        let took = self
+            .exclusive
+            .iter()
+            .any(|fd| self.registrations[fd].outstanding);
+        if !took && by >= RUNG_BY_MEMBER && by - RUNG_BY_MEMBER != self.me {
+            // Rung for a turn this member could not take: back to the member who stands aside.
+            // Rung whether or not it is back in its wait yet: it rang on its way out of it.
+            ring_member(
+                &self.shared,
+                &self.bells,
+                by - RUNG_BY_MEMBER,
+                RUNG,
+                state::BUSY,
+            );
+        }
+        noted
+    }
+
+    /// `take_handed_on`'s look: the exclusive descriptors ready now and not handed out by this
+    /// wait already go into `events` (up to `max` in all), with one zero-timeout `poll`.
+    /// Returns whether any was an event the group's stream hint counts (`hand_out`).
+    fn look_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
         for &fd in &self.exclusive {
             let reg = &self.registrations[&fd];

@@ -217,7 +217,10 @@ impl NativeWaiter {
         // Every live registration gets an entry in the new instance: none stands aside.
         self.aside = 0;
         for fd in fds {
-            let reg = self.registrations.get_mut(&fd).expect("a registered number");
+            let reg = self
+                .registrations
+                .get_mut(&fd)
+                .expect("a registered number");
             reg.aside = false;
             let reg = *reg;
             let flags = epoll_flags(reg.interest);

@@ -16,7 +16,10 @@
 //! Under `Adaptive`, with no other member of the group inside its wait (the `native_waiting`
 //! count in the shared header) when the member comes back to its own wait, there is nobody to
 //! hand the turn to and the entry stays where it is: no delete and re-add. Under `Every(n)`
-//! only a lone member skips it.
+//! only a lone member skips it. Under `Adaptive`, a turn that ends while the descriptor is
+//! still ready is handed on to an idle member with a ring, and the member stands aside from
+//! the line until its turn comes back (`aside.rs`): a re-add of a ready descriptor would put
+//! it straight back on the member's own ready list, and the sleepers would wait.
 //!
 //! The kernel refuses `EPOLL_CTL_MOD` of an exclusive entry and several flags with it
 //! (ONESHOT, RDHUP, PRI): `modify` of an exclusive registration is delete plus add, and the
@@ -294,8 +297,9 @@ impl NativeWaiter {
     /// the descriptor is still ready (a backlog) and the member has taken fewer than
     /// `ADAPTIVE_BATCH` in a row. Never while no other member waits: then the decision waits
     /// for the member's next `wait` (`last_chance`), when the others have had the time to come
-    /// back to theirs, and if nobody waits even then, the turn goes on with nothing moved.
-    /// Returns whether it decided (false: deferred to the next `wait`).
+    /// back to theirs, and if nobody waits even then, the turn goes on with nothing moved. A
+    /// turn that ends goes to the tail (`rotate`), or under `Adaptive` with a backlog is handed
+    /// on (`pass_turn`). Returns whether it decided (false: deferred to the next `wait`).
     fn end_turn(&mut self, fd: RawFd, last_chance: bool) -> Result<bool> {
         self.ready_seen.set(None); // asked afresh for this turn, if at all
         let nobody = self.nobody_to_hand_to();

@@ -20,7 +20,10 @@
 //! nobody could be rung) and this member's last absence from `wait` was longer than `QUICK`
 //! (a member that comes back at once takes a backlog itself), on leave, and by the rung
 //! member. A member that dies (or exits without leaving) is found by the member watching its
-//! process (`crate::ring`, `deaths.rs`), and its reap rings the next idle member.
+//! process (`crate::ring`, `deaths.rs`), and its reap rings the next idle member. The same ring
+//! hands a turn on when it ends under a backlog (`aside.rs`); that ring names its ringer in the
+//! rung slot's mark, and a rung member that takes nothing (the ring went to a member without
+//! that descriptor) rings the ringer back, who then takes its turn again.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -591,25 +591,34 @@ fn mixed_group(backend: Backend, on_q1: usize, on_q2: usize) -> Option<(Vec<u64>
 /// who handed it the turn back (`src/sys/linux/native/hand_on.rs`); without that, each such
 /// ring cost `aside::ASIDE_BOUND` (10 ms) before the member standing aside came back by itself.
 /// Asserted: every message read once, every q1 member a real share (a quarter of its own at
-/// least), and the run with 3 members of the other queue between them at most 5 times as long
-/// as the same run without them (measured in this test, one after the other), plus 50 ms.
+/// least), and the fastest of three runs with 3 members of the other queue between them at
+/// most 5 times as long as the fastest of three without them (measured in this test,
+/// alternated), plus 50 ms.
 fn a_full_queue_beside_another_queues_members(backend: Backend) {
-    let Some((alone, alone_took)) = mixed_group(backend, 3, 0) else {
-        return;
-    };
-    let Some((mixed, mixed_took)) = mixed_group(backend, 3, 3) else {
-        return;
-    };
+    // The fastest of three runs of each: a load spike lengthens one run, a stranded queue all.
+    let mut alone_took = Duration::MAX;
+    let (mut mixed, mut mixed_took) = (Vec::new(), Duration::MAX);
+    let mut alone = Vec::new();
+    for _ in 0..3 {
+        let Some((counts, took)) = mixed_group(backend, 3, 0) else {
+            return;
+        };
+        (alone, alone_took) = (counts, alone_took.min(took));
+        let Some((counts, took)) = mixed_group(backend, 3, 3) else {
+            return;
+        };
+        for &c in &counts {
+            assert!(
+                c >= MIXED_MESSAGES / 3 / 4,
+                "a member took less than a quarter of its share: {counts:?}"
+            );
+        }
+        (mixed, mixed_took) = (counts, mixed_took.min(took));
+    }
     eprintln!(
         "{backend:?}: {MIXED_MESSAGES} messages of a full queue to 3 members: alone {alone:?} \
          in {alone_took:?}; beside 3 members of another queue {mixed:?} in {mixed_took:?}"
     );
-    for &c in &mixed {
-        assert!(
-            c >= MIXED_MESSAGES / 3 / 4,
-            "a member took less than a quarter of its share: {mixed:?}"
-        );
-    }
     assert!(
         mixed_took <= alone_took * 5 + Duration::from_millis(50),
         "the other queue's members slowed the full queue down: {mixed_took:?} against \

@@ -458,11 +458,12 @@ impl Protocol<'_> {
 
     /// Has a member that was handed `taken` events of `s` since the source's claim count was
     /// `since` taken more than its share of them (the claims over the group's member slots) by
-    /// half a turn of `batch` or more? A hint, erring towards turns, as the native backend's.
+    /// more than the lead a turn of `batch` allows (`turn::share_lead`)? A hint, erring
+    /// towards turns, as the native backend's.
     pub(crate) fn ahead_of_share(&self, s: usize, taken: u32, since: u32, batch: u32) -> bool {
         let claims = self.source(s).hold().count.wrapping_sub(since);
         let share = claims / self.shared.high().max(1);
-        taken > share + batch / 2
+        taken > share + crate::turn::share_lead(batch)
     }
 
     /// Is a member other than `me` registered on `s` and idle (someone to hand a turn to)?

@@ -112,8 +112,8 @@ pub(crate) fn backlog_batch(pace_ns: u64) -> u32 {
 /// half a turn: its events are so cheap that the hand-off is what a turn costs (at 500 waiters
 /// on a pipe, 3.3 µs per message against 7 with a lead of 8). Slower streams, a message queue's
 /// with work behind each message, pay for a hand-off in a few events, so their lead is half an
-/// `ADAPTIVE_BATCH`: 50 unrelated servers with 200 requests each then get Jain 0.998-0.999
-/// instead of 0.985-0.998.
+/// `ADAPTIVE_BATCH`: 50 unrelated servers with 200 requests each then get Jain 0.996-0.999
+/// instead of 0.979-0.996 (`docs/lab.md`, the emulation's share lead).
 pub(crate) fn share_lead(batch: u32) -> u32 {
     if batch >= STREAM_BATCH {
         batch / 2

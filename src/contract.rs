@@ -38,8 +38,10 @@ pub enum Backend {
 /// still held its own: a producer that does not wait for its readers); events that come one at
 /// a time never overlap, however close together: strict turns. The emulation, where one member
 /// holds a descriptor at a time, counts a backlog that the member takes closer than 20 µs apart
-/// as a stream; a member slow to come back to `wait` (four times in a row later than 100 µs
-/// after its wait returned) takes strict turns there. With nobody to hand to (no
+/// as a stream, and in a stream taken closer than 10 µs apart it does not ask the descriptor
+/// (the turn ends by its length or the share rule; when such a stream stops, the next event is
+/// still the last member's); a member slow to come back to `wait` (four times in a row later
+/// than 100 µs after its wait returned) takes strict turns there. With nobody to hand to (no
 /// other member inside `wait`), no backend rotates at all. See `docs/internals.md`,
 /// "Rotation". (Both backends ask one module for this rule, `src/turn.rs`; a test there checks
 /// that these numbers are its own.)

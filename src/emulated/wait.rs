@@ -84,6 +84,8 @@ impl EmulatedWaiter {
     /// `Rotation::Adaptive`: this member consumed an event of source `s`; if its turn ends
     /// (`Protocol::adaptive_turn_ends`: the source is no longer ready, or the batch is full), it
     /// goes to the back of the line, and passes the token on if it kept it (`token_at_busy`).
+    /// In a quick stream the source is not asked whether it is still ready
+    /// (`turn::goes_on_unasked`): the turn ends by its length or the share rule.
     /// The batch under a backlog is `turn::backlog_batch` of the member's pace this turn (16,
     /// or about 300 µs of events taken closer than 20 µs apart, at most 96), cut short once the
     /// member is ahead of its share (`Protocol::ahead_of_share`).
@@ -105,10 +107,12 @@ impl EmulatedWaiter {
             reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
             return;
         }
-        let ready = still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
         // The turn's pace: how far apart this member took its events (asked under a backlog).
         let (handed, started) = (reg.handed, reg.turn_started_ns);
         let pace = || monotonic_ns().saturating_sub(started) / u64::from(handed.max(1));
+        // A quick stream's turn goes on without asking the descriptor (`turn::goes_on_unasked`).
+        let ready = crate::turn::goes_on_unasked(handed, pace)
+            || still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));
         let (taken, since) = (reg.taken, reg.claims_at_add);
         let ahead = |batch| tk.ahead_of_share(s, taken, since, batch);
         if tk.adaptive_turn_ends(handed, ready, pace, ahead) {

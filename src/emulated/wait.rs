@@ -107,9 +107,14 @@ impl EmulatedWaiter {
             reg.handed = 0; // nobody to hand to: a new turn, with nothing moved
             return;
         }
-        // The turn's pace: how far apart this member took its events (asked under a backlog).
+        // The turn's pace: how far apart this member took its events (asked under a backlog;
+        // the clock is read once, whichever rule asks first).
         let (handed, started) = (reg.handed, reg.turn_started_ns);
-        let pace = || monotonic_ns().saturating_sub(started) / u64::from(handed.max(1));
+        let pace_ns = std::cell::OnceCell::new();
+        let pace = || {
+            *pace_ns
+                .get_or_init(|| monotonic_ns().saturating_sub(started) / u64::from(handed.max(1)))
+        };
         // A quick stream's turn goes on without asking the descriptor (`turn::goes_on_unasked`).
         let ready = crate::turn::goes_on_unasked(handed, pace)
             || still_ready(fd, reg.interest).unwrap_or_else(|| tk.has_backlog(s));

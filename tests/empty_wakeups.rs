@@ -87,4 +87,53 @@ fn found_nothing_is_counted_and_consumes(backend: Backend) {
     b.delete(&rx).unwrap();
 }
 
-every_backend!(found_nothing_is_counted_and_consumes);
+/// A member holds an event of a shared descriptor that it has not read yet (natively: its
+/// file's claim) while a second message waits behind the first: another member is handed the
+/// descriptor all the same (natively once the claim's short wait has passed or the holder has
+/// consumed, emulated once the holder has consumed), and each reads one message: nothing lost,
+/// nothing read twice, no empty wake-up.
+fn a_held_event_does_not_hide_a_backlog(backend: Backend) {
+    let group = Group::builder()
+        .backend(backend)
+        .max_members(2)
+        .build()
+        .unwrap();
+    let mut a = group.join().unwrap();
+    let mut b = group.join().unwrap();
+    let (rx, tx) = pipe(Blocking::WriteEnd).unwrap();
+    let shared = Interest::READABLE.exclusive().one_event_round_robin();
+    a.add(&rx, 0, shared).unwrap();
+    let bound = Duration::from_secs(10);
+    write_all(tx.as_raw_fd(), &1u64.to_ne_bytes()).unwrap();
+    write_all(tx.as_raw_fd(), &2u64.to_ne_bytes()).unwrap();
+    assert_eq!(wait_for(&mut a, bound), [0], "a holds the first event");
+    // Added while the pipe is ready: natively its kernel wait reports the pipe at once, while
+    // a holds it.
+    b.add(&rx, 0, shared).unwrap();
+    let fd = rx.as_raw_fd();
+    let (by_b, by_a) = std::thread::scope(|s| {
+        let taker = s.spawn(|| {
+            assert_eq!(wait_for(&mut b, bound), [0], "b is handed the backlog");
+            let got = read_one(fd);
+            b.consumed(0).unwrap();
+            got
+        });
+        // Usually after b's wait has begun (no bound on it: either order must hold).
+        std::thread::sleep(Duration::from_millis(20));
+        let got = read_one(fd);
+        a.consumed(0).unwrap();
+        (taker.join().unwrap(), got)
+    });
+    let mut read = [by_a.expect("a read a message"), by_b.expect("b read one")];
+    read.sort_unstable();
+    assert_eq!(read, [1, 2], "each message read once");
+    assert_eq!(read_one(fd), None, "nothing left");
+    assert_eq!((a.stats().empty_wakeups, b.stats().empty_wakeups), (0, 0));
+    a.delete(&rx).unwrap();
+    b.delete(&rx).unwrap();
+}
+
+every_backend!(
+    found_nothing_is_counted_and_consumes,
+    a_held_event_does_not_hide_a_backlog
+);

@@ -47,6 +47,7 @@ fn token(fd: RawFd, gen: u64) -> u64 {
 }
 
 mod aside;
+mod claims;
 mod deaths;
 mod hand_on;
 mod hints;
@@ -62,9 +63,11 @@ pub(crate) use hints::{check_region, region};
 pub(crate) use hand_on::ring_idle;
 
 /// The native backend's part of a reap of member `m` (a dead member): it is no longer counted
-/// among the members inside their kernel wait.
+/// among the members inside their kernel wait, and holds no file's readiness (`claims.rs`).
 pub(crate) fn clear_out(shared: &SharedState, m: u32) {
-    NativeHints::of(shared).set_waiting(m, false);
+    let hints = NativeHints::of(shared);
+    hints.set_waiting(m, false);
+    claims::clear_member(&hints, m);
 }
 use hand_on::BELL_DATA;
 
@@ -91,7 +94,8 @@ struct Registration {
     /// Events of this (exclusive) descriptor handed out since its entry last went to the tail.
     handed: u32,
     /// Was its last event handed out by the last `wait` and not consumed yet (exclusive only)?
-    /// The next `wait` counts it (`MemberStats::unconsumed`).
+    /// The next `wait` counts it (`MemberStats::unconsumed`). Meanwhile the member holds the
+    /// file's claim (`claims.rs`; not under the raw flag).
     outstanding: bool,
     /// The group's count of handed exclusive events (`native_handed`) just after this member
     /// was handed its last event of this descriptor: if the count moved by the time the member
@@ -131,6 +135,9 @@ pub(crate) struct NativeWaiter {
     /// Exclusive descriptors whose turn may end once the caller consumed the event (see
     /// `end_turn`).
     rotate_pending: Vec<RawFd>,
+    /// Descriptors (and their events) the last kernel wait reported while another member held
+    /// their file's claim (`claims.rs`): kept for the hot path, empty between waits.
+    contested: Vec<(RawFd, u32)>,
     buffer: crate::sys::epoll::Events,
     /// Exclusive events this member was handed in all (`Adaptive`): against the group's count
     /// (`native_handed`), whether it is ahead of its share (see `end_turn`).
@@ -189,6 +196,7 @@ impl NativeWaiter {
             exclusive: Vec::new(),
             next_gen: 1,
             rotate_pending: Vec::new(),
+            contested: Vec::new(),
             buffer: crate::sys::epoll::Events::with_capacity(EVENTS_PER_WAIT),
             total_handed: 0,
             bells,
@@ -265,6 +273,14 @@ impl NativeWaiter {
         if handed != mark {
             stream.overlap_at.store(handed, SeqCst); // this event overlapped another
         }
+        self.stream_now()
+    }
+
+    /// Is the group in a stream now (see `stream_batch`), and if so, how many events may a
+    /// turn take? Only looks (`Adaptive` only: other rotations keep no stream hint).
+    fn stream_now(&self) -> Option<u32> {
+        let stream = &NativeHints::of(&self.shared).stream;
+        let handed = stream.handed.load(SeqCst);
         let overlap_at = stream.overlap_at.load(SeqCst);
         let overlapping = overlap_at != 0 && handed.wrapping_sub(overlap_at) < turn::STREAM_MEMORY;
         turn::stream_batch(overlapping, stream.gap_ns.load(SeqCst))
@@ -481,7 +497,15 @@ impl NativeWaiter {
                     stale = true;
                     continue;
                 }
+                if !self.claim(fd) {
+                    self.contested.push((fd, flags)); // another member holds it: see below
+                    continue;
+                }
                 noted |= self.hand_out(fd, flags, events);
+            }
+            if !self.contested.is_empty() {
+                // Handed out only if it is still ready once its holder has consumed it.
+                noted |= self.take_contested(events);
             }
             if died {
                 // Its dead slots are cleared out first: their reap rings an idle member for a
@@ -541,13 +565,19 @@ impl NativeWaiter {
     /// The caller consumed the events with `key` (`None`: all of them, at the next `wait`):
     /// they are no longer outstanding. Returns how many were. One look per exclusive
     /// registration.
+    /// Each releases its file's claim (`claims.rs`).
     fn settle_outstanding(&mut self, key: Option<usize>) -> u64 {
+        let hints = NativeHints::of(&self.shared);
+        let claims = self.claims_events();
         let mut settled = 0;
         for fd in &self.exclusive {
             if let Some(reg) = self.registrations.get_mut(fd) {
                 if reg.outstanding && key.is_none_or(|k| k == reg.key) {
                     reg.outstanding = false;
                     settled += 1;
+                    if claims {
+                        claims::release(&hints, reg.file, self.me);
+                    }
                 }
             }
         }
@@ -568,6 +598,7 @@ impl Drop for NativeWaiter {
     /// The member leaves: what it gives up goes to an idle member (`hand_on`), then its bell
     /// is unbound.
     fn drop(&mut self) {
+        self.settle_outstanding(None); // its claims go first (`claims.rs`)
         self.unwatch();
         self.hand_on_at_leave();
         if let Some(bell) = self.bell.take() {

@@ -250,6 +250,10 @@ impl NativeWaiter {
             if pfd.revents & pfd.events == 0 {
                 continue;
             }
+            // Another member holds it (`claims.rs`): its holder hands on what is left.
+            if !self.claim(pfd.fd) {
+                continue;
+            }
             // poll's bits are epoll's (POLLIN = EPOLLIN, POLLOUT = EPOLLOUT, ...).
             any |= self.hand_out(pfd.fd, pfd.revents as u16 as u32, events);
         }

@@ -1,7 +1,7 @@
 //! The native backend's region of the group's shared memory: the hints its members share. None
 //! of them decides who gets an event (the kernel does); they decide when a member's turn ends
-//! (`Rotation::Adaptive`: is anyone else waiting, is the group in a stream) and whom a hand-on
-//! rings next. Each word that members write at every wait or every event has a line pair of its
+//! (`Rotation::Adaptive`: is anyone else waiting, is the group in a stream), whom a hand-on
+//! rings next, and which member holds a file's readiness (`claims.rs`). Each word that members write at every wait or every event has a line pair of its
 //! own (128 bytes, as crossbeam pads on x86_64: the prefetcher pulls lines in pairs), so that a
 //! member's writes do not make every other member's reads miss.
 
@@ -39,6 +39,13 @@ pub(super) struct Stream {
     pub(super) gap_ns: AtomicU64,
 }
 
+/// Slots in a group's claim table (a power of two): each on a line pair of its own, as
+/// members claim different files at once.
+pub(super) const CLAIM_SLOTS: usize = 64;
+
+/// The claim table (`claims.rs` reads and writes its words).
+pub(super) type ClaimTable = [Line<AtomicU64>; CLAIM_SLOTS];
+
 /// The native backend's hints of fixed size, after the group's member slots.
 #[repr(C)]
 pub(super) struct Fixed {
@@ -48,6 +55,8 @@ pub(super) struct Fixed {
     pub(super) ring_cursor: Line<AtomicU32>,
     /// The stream's words.
     pub(super) stream: Line<Stream>,
+    /// Who holds a readiness of each file slot (`claims.rs`).
+    pub(super) claims: ClaimTable,
 }
 
 /// The native backend's region: the fixed hints, then a bitmap of the members inside their
@@ -117,6 +126,11 @@ impl<'a> NativeHints<'a> {
                 ),
             }
         }
+    }
+
+    /// The claim table (`claims.rs`).
+    pub(super) fn claims_table(&self) -> &'a ClaimTable {
+        &self.fixed.claims
     }
 
     /// Member `m` enters (`true`) or leaves its kernel wait, or is reaped (`false`).

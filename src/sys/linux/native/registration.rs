@@ -78,6 +78,7 @@ impl NativeWaiter {
 
     pub(super) fn forget(&mut self, fd: RawFd) -> Option<Registration> {
         let old = self.registrations.remove(fd)?;
+        self.release_claim(&old);
         if old.aside {
             self.aside -= 1;
         }

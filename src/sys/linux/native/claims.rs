@@ -1,0 +1,262 @@
+//! One member at a time holds a readiness of an exclusive file, natively: the claims.
+//!
+//! `EPOLLEXCLUSIVE` wakes one sleeping member per wake-up, but a file may wake its pollers for
+//! more than its readiness. A POSIX message queue's `mq_receive` wakes them for the room it
+//! freed (`pipelined_receive` calls `wake_up_interruptible` with no key, which the flag takes as
+//! news of any event), so every message received wakes one more sleeping member, for nothing.
+//! If the next message comes before that member has looked, it sees the message too, beside the
+//! member the message woke, and one of the two reads nothing (`EAGAIN`). So a member handed an
+//! exclusive event claims the file's slot in this table until its caller has consumed the event
+//! (`consumed`, `found_nothing`, or the next `wait`), and a member whose kernel wait reports a
+//! file another member has claimed waits until that claim ends (yielding the CPU, at most
+//! `CLAIM_WAIT`) and asks the descriptor again (a zero-timeout `poll`): still ready, that is a
+//! readiness of its own and is handed out (claimed, unless a member claimed the file again
+//! meanwhile: a backlog, which both may read); not, it was the claimed one, and the member goes
+//! back to sleep without its caller seeing anything (an empty wake-up of its own,
+//! `MemberStats::empty_wakeups`). It waits for *that* claim to end, not for the slot to be
+//! free: under a stream the member whose turn it is claims the file again at once, and a
+//! member woken beside it would wait for nothing.
+//!
+//! The claims are hints: the kernel decides who is woken, and a claim only holds back a second
+//! report of one readiness. A slot is chosen by the file's device and inode
+//! (`FileId::spread`), the same in every process, so files that share a slot (or an inode: a
+//! pipe's two ends, Linux's anonymous inodes) at worst wait for each other's release; a holder
+//! that stalls past `CLAIM_WAIT` is passed over; a dead member's claims are cleared by its
+//! reaper (`clear_out`). `rotate_every(0)`, the raw flag, claims nothing.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::hints::{NativeHints, CLAIM_SLOTS};
+use super::{NativeWaiter, Registration};
+use crate::contract::Rotation;
+use crate::registry::{self, FileId};
+use crate::sys::unix::monotonic_ns;
+
+/// The longest a member waits for another member's release of a file its kernel wait
+/// reported. A claim lasts from a `wait`'s return to the caller's read of the descriptor and
+/// its `consumed`: microseconds, unless the holder was preempted or stalls.
+const CLAIM_WAIT: Duration = Duration::from_micros(100);
+
+/// Spins before each wait for a release starts yielding the CPU.
+const SPINS_BEFORE_YIELD: u32 = 32;
+
+// A slot of the table (`hints::ClaimTable`). The low 32 bits: 0 when free, else the holder's
+// member index + 1; the high 32: a count of the slot's claims, so that every claim is a new
+// value (a member that waits for a claim to end sees it end even if the holder claims again at
+// once).
+
+fn slot<'a>(hints: &NativeHints<'a>, file: FileId) -> &'a AtomicU64 {
+    // The top bits of the spread: the best mixed.
+    let i = (file.spread() >> (64 - CLAIM_SLOTS.trailing_zeros())) as usize;
+    &hints.claims_table()[i].0
+}
+
+/// Member `me`'s mark in the low half of a slot it holds.
+fn mine(me: u32) -> u64 {
+    u64::from(me.wrapping_add(1))
+}
+
+/// The holder's mark of a slot's value (0: free).
+fn holder(value: u64) -> u64 {
+    value & u64::from(u32::MAX)
+}
+
+/// The slot's value once `me` has claimed it, from `value`.
+fn claimed(value: u64, me: u32) -> u64 {
+    (value & !u64::from(u32::MAX)).wrapping_add(1 << 32) | mine(me)
+}
+
+/// Claims `value`'s slot for `me` if it is free: whether `me` holds it now.
+fn claim_free(word: &AtomicU64, value: u64, me: u32) -> bool {
+    match holder(value) {
+        0 => word
+            .compare_exchange(value, claimed(value, me), SeqCst, SeqCst)
+            .is_ok(),
+        h => h == mine(me),
+    }
+}
+
+/// Takes `file`'s slot for `me`, unless another member holds it.
+fn try_claim(hints: &NativeHints<'_>, file: FileId, me: u32) -> bool {
+    let word = slot(hints, file);
+    loop {
+        let value = word.load(SeqCst);
+        if claim_free(word, value, me) {
+            return true;
+        }
+        if holder(word.load(SeqCst)) != 0 {
+            return false; // held by another member (or it was, and the next look decides)
+        }
+    }
+}
+
+/// Gives up the claim of slot `word` if `m` holds it.
+fn release_word(word: &AtomicU64, m: u32) {
+    let value = word.load(SeqCst);
+    if holder(value) == mine(m) {
+        let free = value & !u64::from(u32::MAX);
+        let _ = word.compare_exchange(value, free, SeqCst, SeqCst);
+    }
+}
+
+/// Gives up `file`'s slot if `me` holds it.
+pub(super) fn release(hints: &NativeHints<'_>, file: FileId, me: u32) {
+    release_word(slot(hints, file), me);
+}
+
+/// A reap of member `m`: every slot it holds is free again.
+pub(super) fn clear_member(hints: &NativeHints<'_>, m: u32) {
+    for word in hints.claims_table() {
+        release_word(&word.0, m);
+    }
+}
+
+/// Waits until the claim `seen` (a value of `word`) ends, or the clock passes `deadline_ns`
+/// (`monotonic_ns`): whether it ended (a free slot has no claim to wait for).
+fn wait_for_end(word: &AtomicU64, seen: u64, deadline_ns: u64) -> bool {
+    let mut spins = 0u32;
+    while holder(seen) != 0 && word.load(SeqCst) == seen {
+        if monotonic_ns() >= deadline_ns {
+            return false;
+        }
+        if spins < SPINS_BEFORE_YIELD {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        spins += 1;
+    }
+    true
+}
+
+impl NativeWaiter {
+    /// Do this member's exclusive events take claims? Not under the raw flag.
+    pub(super) fn claims_events(&self) -> bool {
+        self.rotation != Rotation::Every(0)
+    }
+
+    /// The kernel wait reported `fd`: may it be handed out now? Yes for a descriptor that takes
+    /// no claim, or once this member has claimed its file; no while another member holds the
+    /// file's claim (then `take_contested` decides, after this wait's other events).
+    pub(super) fn claim(&self, fd: RawFd) -> bool {
+        let Some(reg) = self.registrations.get(&fd) else {
+            return true;
+        };
+        if !reg.interest.is_exclusive() || !self.claims_events() {
+            return true;
+        }
+        try_claim(&NativeHints::of(&self.shared), reg.file, self.me)
+    }
+
+    /// The reported descriptors whose file another member held (`claim`): each waits for the
+    /// release and is handed out if it is still ready then. Returns whether any was an event
+    /// the group's stream hint counts (`hand_out`).
+    pub(super) fn take_contested(&mut self, events: &mut crate::interest::Events) -> bool {
+        let mut noted = false;
+        while let Some((fd, flags)) = self.contested.pop() {
+            if self.claim_when_released(fd) {
+                noted |= self.hand_out(fd, flags, events);
+            }
+        }
+        noted
+    }
+
+    /// Waits (at most `CLAIM_WAIT`) until the claim another member holds of `fd`'s file ends,
+    /// then says whether `fd` is still ready, and if so claims the file if it is free. A claim
+    /// still there at the end is passed over (its holder stalled, or died and is not reaped
+    /// yet).
+    fn claim_when_released(&self, fd: RawFd) -> bool {
+        let Some(reg) = self.registrations.get(&fd).copied() else {
+            return false;
+        };
+        let hints = NativeHints::of(&self.shared);
+        let word = slot(&hints, reg.file);
+        let seen = word.load(SeqCst);
+        if self.rotation == Rotation::Adaptive && self.stream_now().is_some() {
+            // In a stream the file has a backlog: no wait, a look.
+            return registry::still_ready(fd, reg.interest);
+        }
+        wait_for_end(word, seen, monotonic_ns() + CLAIM_WAIT.as_nanos() as u64);
+        if !registry::still_ready(fd, reg.interest) {
+            return false; // the readiness was the one the holder had
+        }
+        let value = word.load(SeqCst);
+        let _ = claim_free(word, value, self.me); // taken again meanwhile: a backlog, shared
+        true
+    }
+
+    /// Releases the claim that the outstanding event of `reg` holds.
+    pub(super) fn release_claim(&self, reg: &Registration) {
+        if reg.outstanding && self.claims_events() {
+            release(&NativeHints::of(&self.shared), reg.file, self.me);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_is_one_members_and_every_claim_is_a_new_value() {
+        let word = AtomicU64::new(0);
+        assert!(claim_free(&word, word.load(SeqCst), 3));
+        let first = word.load(SeqCst);
+        assert_eq!(holder(first), mine(3));
+        // Another member cannot claim it, nor release it; its holder may claim it again.
+        assert!(!claim_free(&word, first, 5));
+        release_word(&word, 5);
+        assert_eq!(word.load(SeqCst), first);
+        assert!(claim_free(&word, first, 3));
+        assert_eq!(word.load(SeqCst), first, "held already: unchanged");
+        // Released, then claimed again by the same member: a value never seen before, so a
+        // member waiting for the first claim to end sees it end.
+        release_word(&word, 3);
+        assert_eq!(holder(word.load(SeqCst)), 0);
+        assert!(claim_free(&word, word.load(SeqCst), 3));
+        let second = word.load(SeqCst);
+        assert_eq!(holder(second), mine(3));
+        assert_ne!(second, first);
+        // A stale value (taken before a change) claims nothing.
+        release_word(&word, 3);
+        assert!(!claim_free(&word, first & !u64::from(u32::MAX), 7));
+        assert_eq!(holder(word.load(SeqCst)), 0);
+    }
+
+    #[test]
+    fn member_zero_and_the_last_index_have_marks_of_their_own() {
+        assert_ne!(mine(0), 0);
+        assert_ne!(holder(claimed(0, u32::MAX - 1)), 0);
+        // The count wraps without touching the holder's half.
+        let full = !u64::from(u32::MAX);
+        assert_eq!(holder(claimed(full, 9)), mine(9));
+    }
+
+    #[test]
+    fn a_wait_for_a_claim_ends_at_its_release_or_at_the_deadline() {
+        let word = AtomicU64::new(0);
+        // Nothing held: nothing to wait for.
+        assert!(wait_for_end(&word, word.load(SeqCst), 0));
+        assert!(claim_free(&word, 0, 1));
+        let held = word.load(SeqCst);
+        // Held and never released: the deadline ends the wait, unended.
+        assert!(!wait_for_end(&word, held, monotonic_ns() + 1_000_000));
+        // Released by its holder on another thread: the wait sees it end, well within a
+        // deadline it never reaches.
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| wait_for_end(&word, held, monotonic_ns() + 60_000_000_000));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            release_word(&word, 1);
+            assert!(waiter.join().unwrap());
+        });
+        // Claimed again by its holder meanwhile: that too ends the claim waited for.
+        assert!(claim_free(&word, word.load(SeqCst), 1));
+        let again = word.load(SeqCst);
+        release_word(&word, 1);
+        assert!(claim_free(&word, word.load(SeqCst), 1));
+        assert!(wait_for_end(&word, again, monotonic_ns() + 60_000_000_000));
+    }
+}

@@ -99,7 +99,7 @@ struct Registration {
     outstanding: bool,
     /// The group's count of handed exclusive events (`native_handed`) just after this member
     /// was handed its last event of this descriptor: if the count moved by the time the member
-    /// consumed it, the event overlapped another one (`Adaptive` only).
+    /// consumed it, the event overlapped another one (any rotation but the raw flag's).
     mark: u64,
     /// Does the member stand aside from this descriptor's line (its entry deleted, not added
     /// back: `aside.rs`)?
@@ -277,7 +277,7 @@ impl NativeWaiter {
     }
 
     /// Is the group in a stream now (see `stream_batch`), and if so, how many events may a
-    /// turn take? Only looks (`Adaptive` only: other rotations keep no stream hint).
+    /// turn take? Only looks. (Every rotation but the raw flag's keeps the hint.)
     fn stream_now(&self) -> Option<u32> {
         let stream = &NativeHints::of(&self.shared).stream;
         let handed = stream.handed.load(SeqCst);
@@ -329,9 +329,12 @@ impl NativeWaiter {
             self.set_handed(fd, 0); // a new turn, with nothing moved
             return Ok(true);
         }
+        // The stream hint is kept under every rotation (the claims read it too), and only
+        // `Adaptive` lets a stream lengthen a turn.
+        let stream = self.stream_batch(reg.mark);
         let stream = match self.rotation {
             Rotation::Every(_) => None,
-            Rotation::Adaptive => self.stream_batch(reg.mark),
+            Rotation::Adaptive => stream,
         };
         let due = turn::ends(
             self.rotation,
@@ -538,7 +541,7 @@ impl NativeWaiter {
 
     /// Puts the event `flags` of the registered `fd` into `events`, and for an exclusive
     /// descriptor counts it towards the member's turn. Returns whether it was an exclusive
-    /// event the group's stream hint counts (`Adaptive`).
+    /// event the group's stream hint counts (any rotation but the raw flag's).
     fn hand_out(&mut self, fd: RawFd, flags: u32, events: &mut Events) -> bool {
         let Some(reg) = self.registrations.get_mut(&fd) else {
             return false;
@@ -549,12 +552,10 @@ impl NativeWaiter {
         let mut noted = false;
         if reg.interest.is_exclusive() && self.rotation != Rotation::Every(0) {
             reg.handed += 1;
-            if self.rotation == Rotation::Adaptive {
-                let handed = &NativeHints::of(&self.shared).stream.handed;
-                reg.mark = handed.fetch_add(1, SeqCst) + 1;
-                self.total_handed += 1;
-                noted = true;
-            }
+            let handed = &NativeHints::of(&self.shared).stream.handed;
+            reg.mark = handed.fetch_add(1, SeqCst) + 1;
+            self.total_handed += 1;
+            noted = true;
             if !self.rotate_pending.contains(&fd) {
                 self.rotate_pending.push(fd);
             }

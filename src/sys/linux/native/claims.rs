@@ -175,7 +175,7 @@ impl NativeWaiter {
         let hints = NativeHints::of(&self.shared);
         let word = slot(&hints, reg.file);
         let seen = word.load(SeqCst);
-        if self.rotation == Rotation::Adaptive && self.stream_now().is_some() {
+        if self.stream_now().is_some() {
             // In a stream the file has a backlog: no wait, a look.
             return registry::still_ready(fd, reg.interest);
         }

@@ -31,7 +31,8 @@ pub(super) struct Stream {
     pub(super) handed: AtomicU64,
     /// `handed` when a member's event last overlapped another (0: never): a hint for
     /// `Rotation::Adaptive`, which lets a member take a batch while events overlap (a stream:
-    /// the producer does not wait for the readers).
+    /// the producer does not wait for the readers), and for the claims (`claims.rs`: in a
+    /// stream a member woken beside a claim does not wait for it to end).
     pub(super) overlap_at: AtomicU64,
     /// When a member was last handed an exclusive event (monotonic ns).
     pub(super) last_event_ns: AtomicU64,

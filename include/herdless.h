@@ -397,8 +397,8 @@ typedef struct herdless_member_stats {
   /**
    * Empty wake-ups: events that found nothing as the application reported them
    * (herdless_found_nothing after EAGAIN), plus kernel wake-ups herdless found already taken
-   * and did not hand out (emulation: another member had the descriptor). Natively, the
-   * application's own count of EAGAINs.
+   * and did not hand out (emulation: another member had the descriptor; natively: another
+   * member held the file's readiness and read it, or the descriptor was closed).
    */
   uint64_t empty_wakeups;
   /**

@@ -34,9 +34,8 @@ pub struct MemberStats {
     /// ([`Waiter::found_nothing`](crate::Waiter::found_nothing): the read or accept said `EAGAIN`), plus kernel waits that
     /// came back with readiness herdless found already taken and so did not hand out (it went
     /// back to sleep: under the emulation, another member had taken the descriptor; natively,
-    /// an entry of a descriptor since closed). So natively it is the application's own count
-    /// of `EAGAIN`s, give or take a closed descriptor's; a member that never calls
-    /// `found_nothing` shows only the second kind.
+    /// another member held the file's readiness and read it, or an entry of a descriptor since
+    /// closed). A member that never calls `found_nothing` shows only the second kind.
     pub empty_wakeups: u64,
     /// Wake-ups that only passed the emulation's token or rang its door bell: no event, no
     /// notification (0 for the native backend).

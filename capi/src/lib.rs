@@ -156,8 +156,8 @@ pub struct herdless_member_stats {
     pub events: u64,
     /// Empty wake-ups: events that found nothing as the application reported them
     /// (herdless_found_nothing after EAGAIN), plus kernel wake-ups herdless found already taken
-    /// and did not hand out (emulation: another member had the descriptor). Natively, the
-    /// application's own count of EAGAINs.
+    /// and did not hand out (emulation: another member had the descriptor; natively: another
+    /// member held the file's readiness and read it, or the descriptor was closed).
     pub empty_wakeups: u64,
     /// Wake-ups that only passed the emulation's token or rang its door bell (0 for the native
     /// backend).

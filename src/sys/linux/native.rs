@@ -508,7 +508,7 @@ impl NativeWaiter {
             }
             if !self.contested.is_empty() {
                 // Handed out only if it is still ready once its holder has consumed it.
-                noted |= self.take_contested(events);
+                noted |= self.take_contested(events)?;
             }
             if died {
                 // Its dead slots are cleared out first: their reap rings an idle member for a

@@ -13,9 +13,12 @@
 //! readiness of its own and is handed out (claimed, unless a member claimed the file again
 //! meanwhile: a backlog, which both may read); not, it was the claimed one, and the member goes
 //! back to sleep without its caller seeing anything (an empty wake-up of its own,
-//! `MemberStats::empty_wakeups`). It waits for *that* claim to end, not for the slot to be
-//! free: under a stream the member whose turn it is claims the file again at once, and a
-//! member woken beside it would wait for nothing.
+//! `MemberStats::empty_wakeups`), its entry moved to the tail as after a read that found
+//! nothing. It waits for *that* claim to end, not for the slot to be free, as a holder may
+//! claim the file again at once. In a stream (the group's stream hint: events close together
+//! that overlap) the member does not wait and does not ask: a stream is a backlog that members
+//! read side by side, and a look per woken member would cost more than the few `EAGAIN`s it
+//! saves.
 //!
 //! The claims are hints: the kernel decides who is woken, and a claim only holds back a second
 //! report of one readiness. A slot is chosen by the file's device and inode
@@ -32,6 +35,7 @@ use std::time::Duration;
 use super::hints::{NativeHints, CLAIM_SLOTS};
 use super::{NativeWaiter, Registration};
 use crate::contract::Rotation;
+use crate::error::Result;
 use crate::registry::{self, FileId};
 use crate::sys::unix::monotonic_ns;
 
@@ -152,16 +156,25 @@ impl NativeWaiter {
     }
 
     /// The reported descriptors whose file another member held (`claim`): each waits for the
-    /// release and is handed out if it is still ready then. Returns whether any was an event
-    /// the group's stream hint counts (`hand_out`).
-    pub(super) fn take_contested(&mut self, events: &mut crate::interest::Events) -> bool {
+    /// release and is handed out if it is still ready then. One that is not goes to the tail
+    /// of its wait queue (delete and add), as it would have after a read that found nothing:
+    /// it was the member's turn for a readiness another member had, and a level-triggered
+    /// entry that a wait reported stays on its epoll's ready list, which would bring the member
+    /// back at once for every message while other members hold the file. Returns whether any
+    /// was an event the group's stream hint counts (`hand_out`).
+    pub(super) fn take_contested(&mut self, events: &mut crate::interest::Events) -> Result<bool> {
         let mut noted = false;
         while let Some((fd, flags)) = self.contested.pop() {
             if self.claim_when_released(fd) {
                 noted |= self.hand_out(fd, flags, events);
+            } else if !self.nobody_to_hand_to() {
+                if let Err(e) = self.rotate(fd) {
+                    self.contested.clear();
+                    return Err(e);
+                }
             }
         }
-        noted
+        Ok(noted)
     }
 
     /// Waits (at most `CLAIM_WAIT`) until the claim another member holds of `fd`'s file ends,
@@ -176,8 +189,11 @@ impl NativeWaiter {
         let word = slot(&hints, reg.file);
         let seen = word.load(SeqCst);
         if self.stream_now().is_some() {
-            // In a stream the file has a backlog: no wait, a look.
-            return registry::still_ready(fd, reg.interest);
+            // In a stream the file has a backlog, which members read side by side: handed out
+            // at once, as with no claims (a look would put a system call on every message,
+            // each waking a sleeper at 500 waiters, for a few `EAGAIN`s less).
+            let _ = claim_free(word, seen, self.me);
+            return true;
         }
         wait_for_end(word, seen, monotonic_ns() + CLAIM_WAIT.as_nanos() as u64);
         if !registry::still_ready(fd, reg.interest) {

@@ -26,6 +26,10 @@
 //! refused flags are never sent. Everything is level-triggered, so no event is lost in the gap
 //! between delete and add. `one_event_round_robin` is `maxevents = 1`: level-triggered epoll
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
+//!
+//! A member handed an exclusive event holds its file's claim until it is consumed
+//! (`claims.rs`): a readiness the kernel also reports to a second member (a message queue
+//! wakes its pollers for every receive) is not handed out twice.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -564,9 +568,8 @@ impl NativeWaiter {
     }
 
     /// The caller consumed the events with `key` (`None`: all of them, at the next `wait`):
-    /// they are no longer outstanding. Returns how many were. One look per exclusive
-    /// registration.
-    /// Each releases its file's claim (`claims.rs`).
+    /// they are no longer outstanding, and each releases its file's claim (`claims.rs`).
+    /// Returns how many were. One look per exclusive registration.
     fn settle_outstanding(&mut self, key: Option<usize>) -> u64 {
         let hints = NativeHints::of(&self.shared);
         let claims = self.claims_events();

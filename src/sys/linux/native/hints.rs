@@ -1,9 +1,10 @@
 //! The native backend's region of the group's shared memory: the hints its members share. None
 //! of them decides who gets an event (the kernel does); they decide when a member's turn ends
 //! (`Rotation::Adaptive`: is anyone else waiting, is the group in a stream), whom a hand-on
-//! rings next, and which member holds a file's readiness (`claims.rs`). Each word that members write at every wait or every event has a line pair of its
-//! own (128 bytes, as crossbeam pads on x86_64: the prefetcher pulls lines in pairs), so that a
-//! member's writes do not make every other member's reads miss.
+//! rings next, and which member holds a file's readiness (`claims.rs`). Each word that members
+//! write at every wait or every event has a line pair of its own (128 bytes, as crossbeam pads
+//! on x86_64: the prefetcher pulls lines in pairs), so that a member's writes do not make every
+//! other member's reads miss.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicU32, AtomicU64};

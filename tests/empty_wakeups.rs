@@ -32,15 +32,24 @@ fn read_one(fd: i32) -> Option<u64> {
     }
 }
 
-fn found_nothing_is_counted_and_consumes(backend: Backend) {
+/// A group of two members on `backend` under `rotation`, and the two members.
+fn two_members(
+    backend: Backend,
+    rotation: Rotation,
+) -> (Group, herdless::Waiter, herdless::Waiter) {
     let group = Group::builder()
         .backend(backend)
-        .rotation(Rotation::Every(1))
+        .rotation(rotation)
         .max_members(2)
         .build()
         .unwrap();
-    let mut a = group.join().unwrap();
-    let mut b = group.join().unwrap();
+    let a = group.join().unwrap();
+    let b = group.join().unwrap();
+    (group, a, b)
+}
+
+fn found_nothing_is_counted_and_consumes(backend: Backend) {
+    let (group, mut a, mut b) = two_members(backend, Rotation::Every(1));
     let (rx, tx) = pipe(Blocking::WriteEnd).unwrap();
     let shared = Interest::READABLE.exclusive().one_event_round_robin();
     a.add(&rx, 0, shared).unwrap();
@@ -93,13 +102,7 @@ fn found_nothing_is_counted_and_consumes(backend: Backend) {
 /// consumed, emulated once the holder has consumed), and each reads one message: nothing lost,
 /// nothing read twice, no empty wake-up.
 fn a_held_event_does_not_hide_a_backlog(backend: Backend) {
-    let group = Group::builder()
-        .backend(backend)
-        .max_members(2)
-        .build()
-        .unwrap();
-    let mut a = group.join().unwrap();
-    let mut b = group.join().unwrap();
+    let (_group, mut a, mut b) = two_members(backend, Rotation::Adaptive);
     let (rx, tx) = pipe(Blocking::WriteEnd).unwrap();
     let shared = Interest::READABLE.exclusive().one_event_round_robin();
     a.add(&rx, 0, shared).unwrap();

@@ -121,7 +121,8 @@ fn a_held_event_does_not_hide_a_backlog(backend: Backend) {
             b.consumed(0).unwrap();
             got
         });
-        // Usually after b's wait has begun (no bound on it: either order must hold).
+        // Not a synchronisation: every assertion holds in either order. The pause only makes
+        // the contested path (b's kernel wait reports the pipe while a holds it) the usual one.
         std::thread::sleep(Duration::from_millis(20));
         let got = read_one(fd);
         a.consumed(0).unwrap();

@@ -378,6 +378,40 @@ mod tests {
         bells.ring(1, 7); // gone: no error, nothing to do
     }
 
+    /// Threads of the member's process that ring it at once all ring its eventfd: none falls
+    /// back to the socket's address (which costs a lookup and a buffer), however many ring
+    /// together.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn rings_at_once_from_threads_all_go_through_the_eventfd() {
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let bells = super::Doorbells::new(incarnation ^ 1, 2).unwrap();
+        let bell = bells.bind(1, 3).unwrap();
+        assert!(bell.registered, "the bell's eventfd is in the table");
+        let (threads, rings) = (4, 2_000);
+        let start = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..rings {
+                        bells.ring(1, 3);
+                    }
+                });
+            }
+        });
+        let by_address = crate::sys::unix::poll_one_now(bell.socket.as_raw_fd(), libc::POLLIN);
+        assert_eq!(by_address, 0, "a ring went by address");
+        let mut count = [0u8; 8];
+        let local = crate::sys::unix::by_number(bell.local.as_raw_fd()).unwrap();
+        assert_eq!(rustix::io::read(local, &mut count), Ok(8));
+        assert_eq!(u64::from_ne_bytes(count), (threads * rings) as u64);
+        bells.unbind(1, bell);
+    }
+
     /// Is any of the bell's descriptors readable now?
     fn readable(bell: &super::Bell) -> bool {
         bell.watch()

@@ -52,6 +52,7 @@ fn token(fd: RawFd, gen: u64) -> u64 {
 
 mod aside;
 mod claims;
+use claims::Claim;
 mod deaths;
 mod hand_on;
 mod hints;
@@ -108,6 +109,10 @@ struct Registration {
     /// Does the member stand aside from this descriptor's line (its entry deleted, not added
     /// back: `aside.rs`)?
     aside: bool,
+    /// The count of its file's claims just after this member's last claim of it (`claims.rs`):
+    /// a claim that finds the count moved on by more than its own follows another member's,
+    /// whose read may have taken the readiness this member was woken for.
+    last_claim: u32,
 }
 
 impl registry::Registered for Registration {
@@ -504,9 +509,13 @@ impl NativeWaiter {
                     stale = true;
                     continue;
                 }
-                if !self.claim(fd) {
-                    self.contested.push((fd, flags)); // another member holds it: see below
-                    continue;
+                match self.claim(fd) {
+                    Claim::Held => {
+                        self.contested.push((fd, flags)); // another member holds it: see below
+                        continue;
+                    }
+                    Claim::AfterAnother if !self.still_ready_after_another(fd)? => continue,
+                    _ => {}
                 }
                 noted |= self.hand_out(fd, flags, events);
             }

@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::kernel::ctl;
-use super::NativeWaiter;
+use super::{Claim, NativeWaiter};
 use crate::doorbell::Doorbells;
 use crate::interest::Events;
 use crate::members::{first_in_ring, state};
@@ -250,8 +250,9 @@ impl NativeWaiter {
             if pfd.revents & pfd.events == 0 {
                 continue;
             }
-            // Another member holds it (`claims.rs`): its holder hands on what is left.
-            if !self.claim(pfd.fd) {
+            // Another member holds it (`claims.rs`): its holder hands on what is left. (Claimed
+            // after another member's, it was found ready by this very look.)
+            if self.claim(pfd.fd) == Claim::Held {
                 continue;
             }
             // poll's bits are epoll's (POLLIN = EPOLLIN, POLLOUT = EPOLLOUT, ...).

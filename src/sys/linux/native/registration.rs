@@ -72,6 +72,7 @@ impl NativeWaiter {
                 outstanding: false,
                 mark: 0,
                 aside: false,
+                last_claim: 0,
             },
         );
     }

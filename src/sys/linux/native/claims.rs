@@ -15,7 +15,10 @@
 //! back to sleep without its caller seeing anything (an empty wake-up of its own,
 //! `MemberStats::empty_wakeups`), its entry moved to the tail as after a read that found
 //! nothing. It waits for *that* claim to end, not for the slot to be free, as a holder may
-//! claim the file again at once. In a stream (the group's stream hint: events close together
+//! claim the file again at once. A member that claims a free file after another member's claim
+//! asks the descriptor too (`still_ready_after_another`): that member may have read the
+//! readiness this one was woken for, while this one was preempted between its kernel wait and
+//! its claim. In a stream (the group's stream hint: events close together
 //! that overlap) the member does not wait and does not ask: a stream is a backlog that members
 //! read side by side, and a look per woken member would cost more than the few `EAGAIN`s it
 //! saves.

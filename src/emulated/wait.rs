@@ -410,6 +410,7 @@ impl EmulatedWaiter {
             tk.expire_if_overdue(s, me, &now);
             if !tk.take_if_due(s, me) {
                 tk.volunteer(s, me);
+                tk.offer_deputy(s, me);
             }
         }
         // Just started watching a source: look once without sleeping, to learn whether it

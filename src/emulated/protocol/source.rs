@@ -277,6 +277,18 @@ impl<'a> Source<'a> {
             word.fetch_and(!bit, SeqCst);
         }
     }
+    /// How many members registered this source, counted in the bitmap's first `words` words
+    /// and no further than `limit` (the count is `limit` once it gets there).
+    pub(crate) fn members_up_to(&self, words: usize, limit: u32) -> u32 {
+        let mut count = 0;
+        for word in self.members.iter().take(words) {
+            count += word.load(SeqCst).count_ones();
+            if count >= limit {
+                return limit;
+            }
+        }
+        count
+    }
     /// Has any member registered this source?
     pub(crate) fn has_members(&self) -> bool {
         self.members.iter().any(|w| w.load(SeqCst) != 0)

@@ -74,6 +74,7 @@ fn round(w: &World, m: u32, sources: &[usize]) -> Seen {
         tk.expire_if_overdue(s, me, &now);
         if !tk.take_if_due(s, me) {
             tk.volunteer(s, me);
+            tk.offer_deputy(s, me);
         }
     }
     let mut seen = ASLEEP;

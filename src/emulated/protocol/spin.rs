@@ -6,7 +6,9 @@
 //! release spins for it (yielding the CPU, up to `LEADER_SPIN`) when holds of the source are
 //! quick; under a backlog with quick holds (`spinning_pays`) `pass` also names the leader's
 //! *deputy*, the next idle member after it, which the holder's `release` rings and which spins
-//! (up to `SPIN_FOR_RELEASE`) for the token to come to it. A spin ends when the turn it waits
+//! (up to `SPIN_FOR_RELEASE`) for the token to come to it (a source of two members under strict
+//! turns has no other idle member at that moment: the one coming back names itself,
+//! `offer_deputy`). A spin ends when the turn it waits
 //! for comes (or a role it spins for changes), a notification comes, or its budget has passed,
 //! on the clock of `crate::sync` (so that the models see the very loop, bounded).
 //!

@@ -514,8 +514,15 @@ impl NativeWaiter {
                         self.contested.push((fd, flags)); // another member holds it: see below
                         continue;
                     }
-                    Claim::AfterAnother if !self.still_ready_after_another(fd)? => continue,
-                    _ => {}
+                    Claim::AfterAnother => match self.still_ready_after_another(fd) {
+                        Ok(true) => {}
+                        Ok(false) => continue, // another member read it: absorbed
+                        Err(e) => {
+                            self.contested.clear(); // as `take_contested` leaves it
+                            return Err(e);
+                        }
+                    },
+                    Claim::Fresh | Claim::Untaken => {}
                 }
                 noted |= self.hand_out(fd, flags, events);
             }

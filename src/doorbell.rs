@@ -345,10 +345,7 @@ mod tests {
     /// another process) and from this process.
     #[test]
     fn bells_ring_their_own_occupant_and_are_close_on_exec() {
-        let incarnation = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
+        let incarnation = fresh_incarnation();
         let bells = super::Doorbells::new(incarnation, 3).unwrap();
         let bell = bells.bind(1, 7).unwrap();
         let fds: Vec<i32> = bell.watch().map(|fd| fd.as_raw_fd()).collect();
@@ -384,11 +381,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn rings_at_once_from_threads_all_go_through_the_eventfd() {
-        let incarnation = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        let bells = super::Doorbells::new(incarnation ^ 1, 2).unwrap();
+        let bells = super::Doorbells::new(fresh_incarnation(), 2).unwrap();
         let bell = bells.bind(1, 3).unwrap();
         assert!(bell.registered, "the bell's eventfd is in the table");
         let (threads, rings) = (4, 2_000);
@@ -410,6 +403,14 @@ mod tests {
         assert_eq!(rustix::io::read(local, &mut count), Ok(8));
         assert_eq!(u64::from_ne_bytes(count), (threads * rings) as u64);
         bells.unbind(1, bell);
+    }
+
+    /// An incarnation no other live test's bells have (this process's id, and a count in it):
+    /// their abstract addresses do not meet.
+    fn fresh_incarnation() -> u64 {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (u64::from(std::process::id()) << 32) | made
     }
 
     /// Is any of the bell's descriptors readable now?

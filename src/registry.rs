@@ -226,10 +226,10 @@ pub(crate) fn refusal(fd: RawSource, err: std::io::Error, context: &'static str)
     }
 }
 
-/// Which file a descriptor names: its device and inode (`fstat`). Two descriptors of one open
-/// file, in any process, have the same; a number closed and reused by another file has not.
-/// (The two ends of a pipe share one: a registration is checked against the file it was made
-/// for, and a `dup2` of a pipe's other end over its number is the one change this misses.)
+/// Which file a descriptor names: its device and inode (`fstat`), and for a pipe or FIFO the
+/// direction it was opened in (`fcntl`: the two ends share one inode). Two descriptors of one
+/// open file, in any process, have the same; a number closed and reused by another file, or a
+/// pipe's other end `dup2`'d over it, has not.
 #[cfg(unix)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FileId {
@@ -238,6 +238,9 @@ pub(crate) struct FileId {
     /// An anonymous inode (Linux's eventfd, timerfd, signalfd, epoll: no file type), which all
     /// such descriptors share.
     anonymous: bool,
+    /// A pipe's or FIFO's access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`); 0 for anything else
+    /// (whose inode is its own).
+    direction: i32,
 }
 
 #[cfg(unix)]
@@ -286,11 +289,16 @@ fn same_open_file(a: RawSource, b: RawSource, file: FileId) -> bool {
 #[cfg(unix)]
 pub(crate) fn file_id(fd: RawSource) -> Option<FileId> {
     let st = crate::sys::unix::fstat(fd).ok()?;
+    let direction = match st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+        true => crate::sys::unix::status_flags(fd).ok()? & libc::O_ACCMODE,
+        false => 0,
+    };
     Some(FileId {
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,
         anonymous: cfg!(any(target_os = "linux", target_os = "android"))
             && st.st_mode & libc::S_IFMT == 0,
+        direction,
     })
 }
 

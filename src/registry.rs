@@ -12,13 +12,17 @@
 //! file; so a closed number's entry can outlive the registration and go on taking wake-ups (an
 //! exclusive one takes them from the group's other members). The rules:
 //!
-//! - every registration records its file (`FileId`: device and inode) and a generation; the
-//!   kernel entry carries a `token` (generation and number), never the bare number, so an event
-//!   of a stale entry is told from one of a live registration under the same number;
-//! - before a member sleeps, its exclusive registrations are checked against their file (one
-//!   system call each: natively an `EPOLL_CTL_MOD` the kernel refuses for a live exclusive entry,
-//!   else an `fstat`), and an event of any other registration when it is handed out: a number
-//!   closed or naming another file is forgotten, never reported;
+//! - every registration records its file (`FileId`: device and inode, and a pipe's direction)
+//!   and a generation; the kernel entry carries a `token` (generation and number), never the
+//!   bare number, so an event of a stale entry is told from one of a live registration under
+//!   the same number;
+//! - before a member sleeps, its exclusive registrations are checked against their file, and
+//!   an event of any other registration when it is handed out: a number closed or naming
+//!   another file is forgotten, never reported. One system call each where the entry can be
+//!   asked (Linux: an `EPOLL_CTL_MOD`, which the kernel refuses for a live exclusive entry and
+//!   lets set a live plain one to what it was, and answers `EBADF` or `ENOENT` for a number
+//!   that no longer names the entry's file), else the file (`still_names`: an `fstat`, and an
+//!   `fcntl` for a pipe);
 //! - a kernel entry that may be stale (its delete refused: `EBADF` or `ENOENT`) is removed by
 //!   rebuilding the member's kernel poll instance from its live registrations (the only way the
 //!   kernel allows). Exclusive ones at once, since they take wake-ups from others; others when

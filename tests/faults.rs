@@ -167,40 +167,43 @@ fn closed_while_registered(backend: Backend) {
 /// keeps the read end open (its kernel entries may live on): the number no longer names the
 /// registered file, though `fstat` sees the same pipe (one inode for both ends). The read end's
 /// readiness is never reported under that number, its message stays for the duplicate, and the
-/// number can be registered again for what it names now.
+/// number can be registered again for what it names now. Exclusive and plain registrations.
 fn other_end_dup2d_over_a_registration(backend: Backend) {
-    let group = Group::builder().backend(backend).build().unwrap();
-    let mut waiter = group.join().unwrap();
-    let (rx, tx) = pipe();
-    let read_end = rx.try_clone().expect("dup");
-    waiter.add(&rx, 1, Interest::READABLE.exclusive()).unwrap();
-    // Watched and served once: the member's entry for it is in place.
-    write_msg(tx.as_raw_fd(), 1);
-    assert_eq!(wait_keys(&mut waiter, 4), [1]);
-    assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(1)));
-    waiter.consumed(1).unwrap();
-    let write_end = tx.try_clone().expect("dup");
-    // SAFETY: dup2 onto our own descriptor: closes the registered read end's number (the
-    // duplicate keeps the file open) and puts a write end there.
-    assert_eq!(
-        unsafe { libc::dup2(write_end.as_raw_fd(), rx.as_raw_fd()) },
-        rx.as_raw_fd()
-    );
-    write_msg(tx.as_raw_fd(), 2);
-    let mut events = Events::with_capacity(4);
-    waiter
-        .wait(&mut events, Some(Duration::from_millis(50)))
-        .unwrap();
-    assert_eq!(
-        events.iter().map(|e| e.key).collect::<Vec<_>>(),
-        Vec::<usize>::new(),
-        "the read end's readiness reported under a number that names the write end"
-    );
-    assert_eq!(read_msg(read_end.as_raw_fd()), Some(Some(2)));
-    // The number names a write end now: registered again, its events are the write end's.
-    waiter.add(&rx, 3, Interest::WRITABLE).unwrap();
-    assert_eq!(wait_keys(&mut waiter, 4), [3]);
-    waiter.delete(&rx).unwrap();
+    for interest in [Interest::READABLE.exclusive(), Interest::READABLE] {
+        let group = Group::builder().backend(backend).build().unwrap();
+        let mut waiter = group.join().unwrap();
+        let (rx, tx) = pipe();
+        let read_end = rx.try_clone().expect("dup");
+        waiter.add(&rx, 1, interest).unwrap();
+        // Watched and served once: the member's entry for it is in place.
+        write_msg(tx.as_raw_fd(), 1);
+        assert_eq!(wait_keys(&mut waiter, 4), [1], "{interest:?}");
+        assert_eq!(read_msg(rx.as_raw_fd()), Some(Some(1)));
+        waiter.consumed(1).unwrap();
+        let write_end = tx.try_clone().expect("dup");
+        // SAFETY: dup2 onto our own descriptor: closes the registered read end's number (the
+        // duplicate keeps the file open) and puts a write end there.
+        assert_eq!(
+            unsafe { libc::dup2(write_end.as_raw_fd(), rx.as_raw_fd()) },
+            rx.as_raw_fd()
+        );
+        write_msg(tx.as_raw_fd(), 2);
+        let mut events = Events::with_capacity(4);
+        waiter
+            .wait(&mut events, Some(Duration::from_millis(50)))
+            .unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.key).collect::<Vec<_>>(),
+            Vec::<usize>::new(),
+            "{interest:?}: the read end's readiness reported under a number that names the \
+             write end"
+        );
+        assert_eq!(read_msg(read_end.as_raw_fd()), Some(Some(2)));
+        // The number names a write end now: registered again, its events are the write end's.
+        waiter.add(&rx, 3, Interest::WRITABLE).unwrap();
+        assert_eq!(wait_keys(&mut waiter, 4), [3], "{interest:?}");
+        waiter.delete(&rx).unwrap();
+    }
 }
 
 /// Every member leaves; a new one joins (in a reused slot) and gets the queued messages.

@@ -151,7 +151,15 @@ impl EmulatedWaiter {
         if p.found_by != self.polls {
             return; // no longer ready
         }
-        if reg.source.is_none() && !registry::still_names(p.fd, reg.file) {
+        let live = || {
+            let event = super::registrations::poller_event(
+                registry::token(p.fd, reg.seq) as usize,
+                reg.interest,
+            );
+            super::poller::entry_is_live(&self.poller, p.fd, event)
+                .unwrap_or_else(|| registry::still_names(p.fd, reg.file))
+        };
+        if reg.source.is_none() && !live() {
             // Closed or reused since it was added: forgotten, never reported, and its entry
             // (which fired, so it lives on) removed with a new poller.
             let _ = self.forget(tk, p.fd);

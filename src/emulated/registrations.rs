@@ -165,8 +165,20 @@ impl EmulatedWaiter {
             }
             // A number that no longer names its file is never watched (its entry may be
             // stale, and would report the old file's readiness, for which this member would
-            // claim the source): forgotten below, its token passed on.
-            if (want || reg.in_poller) && !registry::still_names(fd, reg.file) {
+            // claim the source): forgotten below, its token passed on. Before each wait in
+            // which the member watches it: an entry staying in the poller is asked of the
+            // poller where it can tell (`poller::entry_is_live`), else of the file; one going
+            // out is answered by its delete (`apply`).
+            let stale = match (want, reg.in_poller) {
+                (true, true) => {
+                    let event = poller_event(registry::token(fd, reg.seq) as usize, reg.interest);
+                    !poller::entry_is_live(&self.poller, fd, event)
+                        .unwrap_or_else(|| registry::still_names(fd, reg.file))
+                }
+                (true, false) => !registry::still_names(fd, reg.file),
+                (false, _) => false,
+            };
+            if stale {
                 changes.push((fd, false));
                 self.stale.push(fd);
                 continue;
@@ -222,7 +234,14 @@ impl EmulatedWaiter {
                     Err(e) => return Err(e),
                 }
             } else if !self.poller_delete(fd) {
-                self.rebuild_due = true; // its entry may live on: see `forget`
+                // Its number was closed or reused since it was added: stale, forgotten (its
+                // token passed on), and its entry may live on (see `forget`).
+                self.rebuild_due = true;
+                if let Some(reg) = self.registrations.get_mut(&fd) {
+                    reg.in_poller = false; // deleted as far as the kernel lets it be
+                }
+                let _ = self.forget(tk, fd);
+                continue;
             }
             if let Some(reg) = self.registrations.get_mut(&fd) {
                 reg.in_poller = want;
@@ -258,10 +277,8 @@ impl EmulatedWaiter {
     pub(super) fn poller_add(&self, fd: RawSource, key: usize, interest: Interest) -> Result<()> {
         #[cfg(all(windows, not(loom)))]
         super::windows::check_socket(fd)?;
-        let mut ev = poller::Event::new(key, interest.is_readable(), interest.is_writable());
-        ev.set_priority(interest.is_priority());
         // (The caller may close it while registered: `poller::add` says what then.)
-        poller::add(&self.poller, fd, ev)
+        poller::add(&self.poller, fd, poller_event(key, interest))
             .map_err(|e| registry::refusal(fd, e, "adding a descriptor to the member's poller"))
     }
 
@@ -341,4 +358,11 @@ impl EmulatedWaiter {
     pub(super) fn rebuild(&mut self, _tk: &Protocol<'_>) -> Result<()> {
         Ok(())
     }
+}
+
+/// The poller's event for a registration's entry: its token (`registry::token`) and interest.
+pub(super) fn poller_event(key: usize, interest: Interest) -> poller::Event {
+    let mut ev = poller::Event::new(key, interest.is_readable(), interest.is_writable());
+    ev.set_priority(interest.is_priority());
+    ev
 }

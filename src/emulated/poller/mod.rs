@@ -81,6 +81,21 @@ pub(crate) fn add(poller: &Poller, fd: RawSource, interest: Event) -> io::Result
     }
 }
 
+/// Does `fd`'s entry in `poller`, added with `interest`, still belong to the open file the
+/// number names? `Some` where the poller can answer for its entry itself (Linux: herdless's own
+/// epoll, one `epoll_ctl`), `None` where it cannot: the caller asks the file
+/// (`crate::registry::still_names`).
+pub(crate) fn entry_is_live(poller: &Poller, fd: RawSource, interest: Event) -> Option<bool> {
+    cfg_if::cfg_if! {
+        if #[cfg(all(any(target_os = "linux", target_os = "android"), not(polling_test_poll_backend)))] {
+            poller.entry_is_live(fd, interest)
+        } else {
+            let _ = (poller, fd, interest);
+            None
+        }
+    }
+}
+
 /// Deletes `fd`, known by number, from `poller`: the kernel's error for a number closed, or
 /// naming another file, since it was added.
 pub(crate) fn delete(poller: &Poller, fd: RawSource) -> io::Result<()> {

@@ -45,6 +45,18 @@ impl Epoll {
         )?)
     }
 
+    /// Sets `fd`'s entry to `flags` and `data`: `ENOENT` if `fd` names no entry's file, `EBADF`
+    /// if the number is not open (the kernel finds an entry by number *and* open file). A
+    /// level-triggered entry whose file is ready is queued again, as at its `add`.
+    pub(crate) fn modify(&self, fd: BorrowedFd<'_>, flags: Flags, data: u64) -> io::Result<()> {
+        Ok(epoll::modify(
+            &self.epoll,
+            fd,
+            EventData::new_u64(data),
+            flags,
+        )?)
+    }
+
     /// Deletes `fd`'s entry: `ENOENT` if `fd` names no entry's file (a number closed and
     /// reused since it was added, say), `EBADF` if the number is not open.
     pub(crate) fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {

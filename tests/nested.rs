@@ -757,20 +757,47 @@ mod in_tokio {
     use super::*;
     use tokio::io::unix::AsyncFd;
 
+    /// Waits until every herdless nest thread of this process (each waiter's sleeper, named
+    /// `herdless-nest`) sleeps in a kernel wait: every member in line. Up to `patience`, so
+    /// that another test's waiter holding an event for a while (its sleeper parked) costs this
+    /// test time, never a failure.
+    fn nest_threads_asleep(patience: Duration) {
+        let start = std::time::Instant::now();
+        let pid = std::process::id();
+        loop {
+            let all = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .flatten()
+                .all(|task| {
+                    let comm =
+                        std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                    let tid = task.file_name().to_string_lossy().parse().unwrap_or(0);
+                    comm.trim() != "herdless-nest"
+                        || herdless_fixtures::counters::asleep_in_wait(pid, tid)
+                });
+            if all || start.elapsed() > patience {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     fn a_waiter_in_a_tokio_runtime(backend: Backend) {
         const N: u64 = 200;
         let group = Group::builder().backend(backend).build().unwrap();
         let (rx, tx) = pipe();
         let (stop_r, stop_w) = pipe();
         let (acks_tx, acks_rx) = std::sync::mpsc::channel::<u64>();
+        let (tids_tx, tids_rx) = std::sync::mpsc::channel::<i32>();
         let members: Vec<_> = (0..2)
             .map(|_| {
                 let mut waiter = group.join().unwrap();
                 waiter.add(&rx, QUEUE, Interest::SHARED).unwrap();
                 waiter.add(&stop_r, STOP, Interest::READABLE).unwrap();
                 waiter.nest().unwrap();
-                let (rx, acks_tx) = (rx.as_raw_fd(), acks_tx.clone());
+                let (rx, acks_tx, tids_tx) = (rx.as_raw_fd(), acks_tx.clone(), tids_tx.clone());
                 std::thread::spawn(move || {
+                    tids_tx.send(gettid()).unwrap();
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_io()
                         .build()
@@ -805,16 +832,27 @@ mod in_tokio {
                 })
             })
             .collect();
+        let tids: Vec<i32> = (0..2).map(|_| tids_rx.recv().unwrap()).collect();
         for id in 0..N {
+            // Each message comes when both runtimes sleep in their epoll and both waiters'
+            // sleepers in their waits: the turn is then the one thing that decides who takes
+            // it, however the machine schedules the threads. (A member whose sleeper is not
+            // back in its wait when a message comes is skipped, as a busy member; written the
+            // moment the last one is acknowledged, the messages went to one member in runs of
+            // up to ~90 on both backends, on a quiet machine too: docs/lab.md, nested loops.)
+            until_asleep(std::process::id(), &tids);
+            nest_threads_asleep(Duration::from_millis(50));
             write_msg(tx.as_raw_fd(), id);
             assert_eq!(acks_rx.recv_timeout(WAIT_BOUND), Ok(id), "message {id}");
         }
         drop(stop_w);
         let counts: Vec<u64> = members.into_iter().map(|m| m.join().unwrap()).collect();
         assert_eq!(counts.iter().sum::<u64>(), N, "{counts:?}");
-        // A runtime not back in its epoll when the next message comes is skipped (a busy
-        // member): even shares, not equal ones, on a loaded machine.
-        assert!(counts.iter().all(|&c| c >= N / 4), "no turns: {counts:?}");
+        eprintln!("{backend:?}: per member {counts:?}");
+        assert!(
+            counts.iter().all(|&c| c >= N * 2 / 5),
+            "no turns: {counts:?}"
+        );
     }
 
     herdless_fixtures::every_backend!(a_waiter_in_a_tokio_runtime);

@@ -104,26 +104,10 @@ impl Poller {
     }
 
     /// Is `fd`'s entry, added with `interest`, still the entry of the open file the number
-    /// names? Asked with an `EPOLL_CTL_MOD` that sets the entry to what it was: the kernel looks
-    /// an entry up by number *and* open file, so it answers `EBADF` for a closed number and
-    /// `ENOENT` for one that names another file now (closed and reused, or another file
-    /// `dup2`'d onto it), and a live entry stays as it was (level-triggered: a ready file is
-    /// reported by the next wait, as it would have been). Cheaper than asking the file
-    /// (`crate::registry::still_names`: an `fstat`, and an `fcntl` for a pipe), and exact where
-    /// that is not (a FIFO opened again under the number: the same inode and direction, another
-    /// open file). `None` for any other refusal: the caller asks the file.
+    /// names? (`crate::sys::epoll::entry_is_live`: one `EPOLL_CTL_MOD` that leaves it as it was.)
     pub(crate) fn entry_is_live(&self, fd: RawSource, interest: Event) -> Option<bool> {
-        let Ok(number) = crate::sys::unix::by_number(fd) else {
-            return Some(false);
-        };
-        match self
-            .epoll
-            .modify(number, interest.flags(), interest.key as u64)
-        {
-            Ok(()) => Some(true),
-            Err(e) if crate::registry::maybe_stale(&e) => Some(false),
-            Err(_) => None,
-        }
+        self.epoll
+            .entry_is_live(fd, interest.flags(), interest.key as u64)
     }
 
     pub(crate) fn delete(&self, source: impl AsFd) -> io::Result<()> {

@@ -79,7 +79,7 @@ use hand_on::BELL_DATA;
 use crate::sys::unix::monotonic_ns;
 use kernel::{
     ctl, drain_eventfd, entry_is_live, epoll_flags, mod_probe_works, new_epoll, new_eventfd,
-    plain_entry_is_live, timeout_ms, WAKE_DATA,
+    timeout_ms, WAKE_DATA,
 };
 pub(crate) use kernel::{probe, NativeNotifier};
 
@@ -499,8 +499,12 @@ impl NativeWaiter {
                 // An exclusive registration was checked before the wait (unless this is a look);
                 // another is checked now, when it is handed out, by its own entry.
                 let live = match reg.interest.is_exclusive() {
-                    false => plain_entry_is_live(&self.epoll, fd, epoll_flags(reg.interest), data)
-                        .unwrap_or_else(|| registry::still_names(fd, reg.file)),
+                    false => {
+                        let flags =
+                            crate::sys::epoll::Flags::from_bits_retain(epoll_flags(reg.interest));
+                        crate::sys::epoll::entry_is_live(self.epoll.as_fd(), fd, flags, data)
+                            .unwrap_or_else(|| registry::still_names(fd, reg.file))
+                    }
                     true if !looking => true,
                     true if mod_probe_works() => entry_is_live(&self.epoll, fd),
                     true => registry::still_names(fd, reg.file),

@@ -52,27 +52,6 @@ pub(super) fn entry_is_live(epoll: &OwnedFd, fd: RawFd) -> bool {
     ctl(epoll, libc::EPOLL_CTL_MOD, fd, 0, 0).is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
 }
 
-/// Does `fd` name, in `epoll`, the very open file of its plain (not exclusive) entry, made
-/// with `flags` and `data`? Asked with an `EPOLL_CTL_MOD` that sets the entry to what it was
-/// (level-triggered: a ready file is queued again, as it was after the event it just gave):
-/// EBADF for a closed number, ENOENT for one that names another file now. Cheaper than asking
-/// the file (0.34–0.39 µs here against 0.45 for an `fstat`, 0.68 with the `fcntl` a pipe's
-/// direction needs: `crate::registry::still_names`; docs/lab.md, "The descriptor check asks
-/// the entry"), and exact where that is not (a FIFO opened again under the number). `None` for
-/// any other refusal.
-pub(super) fn plain_entry_is_live(
-    epoll: &OwnedFd,
-    fd: RawFd,
-    flags: u32,
-    data: u64,
-) -> Option<bool> {
-    match ctl(epoll, libc::EPOLL_CTL_MOD, fd, flags, data) {
-        Ok(()) => Some(true),
-        Err(e) if registry::maybe_stale(&e) => Some(false),
-        Err(_) => None,
-    }
-}
-
 /// Does this kernel refuse an `EPOLL_CTL_MOD` of an exclusive entry with EINVAL, changing
 /// nothing (every kernel since 4.6; 4.5 modified it)? Asked once per process, with a real pipe.
 pub(super) fn mod_probe_works() -> bool {

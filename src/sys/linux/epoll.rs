@@ -89,7 +89,7 @@ pub(crate) fn entry_is_live(
     };
     match epoll::modify(epoll, number, EventData::new_u64(data), flags) {
         Ok(()) => Some(true),
-        Err(e) if crate::registry::maybe_stale(&e.into()) => Some(false),
+        Err(rustix::io::Errno::BADF | rustix::io::Errno::NOENT) => Some(false),
         Err(_) => None,
     }
 }

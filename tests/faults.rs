@@ -255,6 +255,83 @@ fn producer_hangup_stops_everyone(backend: Backend) {
     }
 }
 
+/// In a quick stream to threads of one process, the thread handed message `HANG_AT` reads it
+/// and hangs with it (it neither says it consumed it nor comes back to `wait`), in the middle of
+/// a turn it keeps the token for: the other threads take every other message, each exactly
+/// once, and the group never waits on the hung one for long (its hold is ended as overdue; the
+/// member that checks on a leader is, between threads, often an earlier passer whose look is
+/// due). A stall is `WAIT_BOUND` with no message read, far above the bounds involved (tens of
+/// milliseconds).
+fn a_thread_hanging_mid_stream_with_its_event(backend: Backend) {
+    const MEMBERS: usize = 8;
+    const MESSAGES: u64 = 20_000; // more than a pipe holds: the producer keeps writing
+    const HANG_AT: u64 = 5_000;
+    let group = Group::builder().backend(backend).build().unwrap();
+    let (rx, tx) = pipe();
+    let (read_tx, read_rx) = mpsc::channel::<(usize, u64)>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = std::sync::Arc::new(std::sync::Mutex::new(release_rx));
+    let handles: Vec<_> = (0..MEMBERS)
+        .map(|i| {
+            let mut waiter = group.join().unwrap();
+            waiter.add(&rx, 0, Interest::READABLE.exclusive()).unwrap();
+            let (fd, read_tx, release_rx) = (rx.as_raw_fd(), read_tx.clone(), release_rx.clone());
+            thread::spawn(move || {
+                let mut events = Events::with_capacity(1);
+                loop {
+                    waiter.wait(&mut events, Some(WAIT_BOUND)).unwrap();
+                    if events.is_empty() {
+                        continue;
+                    }
+                    match read_msg(fd) {
+                        Some(Some(id)) => {
+                            let _ = read_tx.send((i, id));
+                            if id == HANG_AT {
+                                // Hangs with its event until the test ends.
+                                let _ = release_rx.lock().unwrap().recv();
+                                return;
+                            }
+                        }
+                        Some(None) => return, // end of file
+                        None => waiter.found_nothing(0).unwrap(),
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(read_tx);
+    let writer = tx.as_raw_fd();
+    let producer = thread::spawn(move || {
+        for id in 0..MESSAGES {
+            write_msg(writer, id);
+        }
+        tx // closed once every message was read
+    });
+    let mut seen = vec![0u32; MESSAGES as usize];
+    let mut per_member = [0u64; MEMBERS];
+    let mut hung = None;
+    for _ in 0..MESSAGES {
+        let (member, id) = read_rx
+            .recv_timeout(WAIT_BOUND)
+            .unwrap_or_else(|_| panic!("{backend:?}: the group stalled; read {per_member:?}"));
+        seen[id as usize] += 1;
+        per_member[member] += 1;
+        if id == HANG_AT {
+            hung = Some(member);
+        }
+    }
+    eprintln!("{backend:?}: read per member {per_member:?}, member {hung:?} hung at {HANG_AT}");
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "{backend:?}: a message lost or read twice"
+    );
+    drop(producer.join().unwrap()); // end of file for the others
+    drop(release_tx);
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
 /// All `Group` handles dropped: the members keep the group alive and keep working.
 fn waiter_outlives_its_group_handle(backend: Backend) {
     let group = Group::builder().backend(backend).build().unwrap();
@@ -313,6 +390,7 @@ every_backend!(
     other_end_dup2d_over_a_registration,
     everyone_gone_then_a_new_member,
     producer_hangup_stops_everyone,
+    a_thread_hanging_mid_stream_with_its_event,
     waiter_outlives_its_group_handle,
     waiter_in_a_forked_child_is_refused,
     dead_members_slots_are_reused,

@@ -52,8 +52,10 @@
 //! member checking on it, and is skipped (`stuck`) until it acts again.
 //!
 //! Liveness: a dead leader or holder is noticed by the member that depends on it, the one that
-//! last passed the token (the *watcher*) or the leader waiting for the holder, but only when
-//! that member is in another process; threads of one process never check. On Linux the
+//! last passed the token (the *watcher*; between threads of one process, an earlier passer
+//! whose look at the leader is due soon keeps the watch, `hand_watch`) or the leader waiting
+//! for the holder, but only when that member is in another process; threads of one process
+//! never check. On Linux the
 //! dependent member waits on the other process's death as an event (a pidfd in its poller, see
 //! `deathwatch`); elsewhere, and as the fallback, it wakes every `LIVENESS_CHECK`. The dead
 //! member is cleared out by a reap, which the member table runs (`Members::reap`: exclusive,
@@ -337,7 +339,7 @@ impl Protocol<'_> {
                     if !src.move_token(from, next) {
                         return;
                     }
-                    src.set_watcher(from);
+                    self.hand_watch(s, from, next);
                     // Rung whatever it will do: with the source free it must watch it; with a
                     // hold in progress it depends on the holder (it ends an overdue hold, and
                     // spins for the release when holds are quick, see `EmulatedWaiter`), and a
@@ -361,7 +363,7 @@ impl Protocol<'_> {
                     // A member may have gone idle after we looked: give it the token.
                     match self.next_idle(s, NONE, start) {
                         Some(next) if src.move_token(Occupant::NONE, next) => {
-                            src.set_watcher(from);
+                            self.hand_watch(s, from, next);
                             self.wake(next.slot);
                             if self.is_idle(next) {
                                 return;

@@ -433,7 +433,7 @@ impl EmulatedWaiter {
         let stuck_look = self
             .sources
             .iter()
-            .filter_map(|&s| tk.stuck_look_in(s, me, &now))
+            .filter_map(|&s| tk.plan_look(s, me, &now))
             .min();
         let check_left = self
             .next_check

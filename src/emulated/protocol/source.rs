@@ -15,13 +15,13 @@
 //! |-----------|------------|-------------|------------|
 //! | `holder`  | slot of the member handling the last event, or `NONE` | claim count: how many claims of the source were ever won (wrapping) | compare-and-swap only |
 //! | `leader`  | slot of the member that watches the source (the token), or `NONE` | that member's generation (0 with `NONE`) | compare-and-swap only |
-//! | `watcher` | slot of the member that checks the leader is alive, or `NONE` | that member's generation | stores, and one compare-and-swap (`volunteer`) |
+//! | `watcher` | slot of the member that checks on the leader, or `NONE` | that member's generation | stores (`pass` through `hand_watch`, `take_if_due`, `appoint_watcher`), and one compare-and-swap (`volunteer`) |
 //!
 //! The other fields are single values: `id` (the open file: taken and given back by the
 //! source table, under its lock, `super::table`), `members` (a bitmap of the slots registered
 //! on the source, bit n for member n, set by its member under the table's lock and cleared by
 //! its member or its reaper), `line_head` (a slot), and the hints `deputy`, `stuck`,
-//! `claimed_at`, `hold_ns`, `ready_on_arm`, plain stores (or a load and a store where they
+//! `claimed_at`, `hold_ns`, `ready_on_arm`, `look_due`, plain stores (or a load and a store where they
 //! average): a lost update there costs a check, a spin or a wake-up, never the token.
 //!
 //! # Transitions of the holder word (`claim`, `end`)
@@ -149,8 +149,9 @@ pub(crate) struct SourceSlot {
     holder: AtomicU64,
     /// The token: (slot, generation) of the member that watches this source, or NONE.
     leader: AtomicU64,
-    /// (slot, generation) of the member that last handed the token on; it checks that the
-    /// leader is alive.
+    /// (slot, generation) of the member that checks on the leader (alive, not stuck): the one
+    /// that last handed the token on, or an earlier one that keeps the watch
+    /// (`Protocol::hand_watch`).
     watcher: AtomicU64,
     /// Where the line starts: the next leader is the first idle member from here on.
     line_head: AtomicU32,
@@ -169,6 +170,11 @@ pub(crate) struct SourceSlot {
     /// How often the source was ready at once when a leader started watching it (a moving
     /// average, 0 to 1024): a backlog.
     ready_on_arm: AtomicU32,
+    /// When the watcher's next look at the leader is due at the latest (monotonic ns, stored by
+    /// the watcher as it plans its sleep; 0: it sleeps with no look planned). A hint in what
+    /// earlier versions of the slot left as padding, so the layout is the same: a member that
+    /// does not store it leaves 0 (no look planned), and the watch then moves as it always did.
+    look_due: AtomicU64,
 }
 
 /// One source as the protocol sees it: its slot and its bitmap of members (bit n: member n
@@ -208,6 +214,7 @@ impl SourceSlot {
             hold_ns: AtomicU64::new(0),
             stuck: AtomicU32::new(NONE),
             ready_on_arm: AtomicU32::new(0),
+            look_due: AtomicU64::new(0),
         }
     }
 
@@ -253,6 +260,7 @@ impl<'a> Source<'a> {
         self.slot.claimed_at.store(0, SeqCst);
         self.slot.hold_ns.store(0, SeqCst);
         self.slot.ready_on_arm.store(0, SeqCst);
+        self.slot.look_due.store(0, SeqCst);
     }
 
     // ---- who registered it -----------------------------------------------------------------
@@ -357,6 +365,16 @@ impl<'a> Source<'a> {
     /// `w` checks on the leader from now on.
     pub(crate) fn set_watcher(&self, w: Occupant) {
         self.watcher.store(w.word(), SeqCst);
+    }
+    /// When the watcher's next look is due at the latest (0: none planned).
+    pub(crate) fn look_due(&self) -> u64 {
+        self.look_due.load(SeqCst)
+    }
+    /// The watcher plans its sleep: its next look is due by `at` (0: none planned).
+    pub(crate) fn set_look_due(&self, at: u64) {
+        if self.look_due.load(SeqCst) != at {
+            self.look_due.store(at, SeqCst);
+        }
     }
     /// `w` takes on checking the leader, if the watcher is still `seen`.
     pub(crate) fn replace_watcher(&self, seen: Occupant, w: Occupant) {

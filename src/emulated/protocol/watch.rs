@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::{Now, Occupant, Protocol, ACTIVE_WINDOW, HOLD_BOUND, LIVENESS_CHECK};
 use crate::members::Life;
 use crate::shared::NONE;
+use crate::sync::monotonic_ns;
 
 impl Protocol<'_> {
     /// If `me` checks on the leader of `s` (it is the watcher, another member leads, and
@@ -51,6 +52,45 @@ impl Protocol<'_> {
             return None;
         }
         (quiet < ACTIVE_WINDOW).then(|| quiet.max(LIVENESS_CHECK))
+    }
+
+    /// `me`, idle, plans its sleep: `stuck_look_in`, and if `me` is the watcher of `s`, when its
+    /// look is due stored for `hand_watch` (0 for none).
+    pub(crate) fn plan_look(&self, s: usize, me: Occupant, now: &Now) -> Option<Duration> {
+        let look = self.stuck_look_in(s, me, now);
+        let src = self.source(s);
+        if src.watcher() == me {
+            let due = look.map_or(0, |d| now.get().saturating_add(d.as_nanos() as u64));
+            src.set_look_due(due);
+        }
+        look
+    }
+
+    /// `from` has just passed the token of `s` to `next`: who checks on `next` from now on.
+    /// As a rule `from`: it is awake, and plans its next sleep with the look the watch needs.
+    /// But the watcher keeps the watch when it will look within `HOLD_BOUND` anyway (idle, not
+    /// `next`, its look due by then: `look_due`) and it, `from` and `next` are threads of one
+    /// process (between them there is no death to watch for, only a stuck leader, which the
+    /// coming look finds: within twice `HOLD_BOUND` of the stall). In a stream, where turns
+    /// last tens of microseconds, moving the watch at every turn left every earlier passer with
+    /// a look planned for nothing, one wake-up per turn (`docs/lab.md`, the watch kept).
+    pub(crate) fn hand_watch(&self, s: usize, from: Occupant, next: Occupant) {
+        let src = self.source(s);
+        let watcher = src.watcher();
+        let keep = !watcher.is_none()
+            && watcher != from
+            && watcher != next
+            && self.pid(watcher.slot) == self.pid(from.slot)
+            && self.pid(next.slot) == self.pid(from.slot)
+            && self.is_idle(watcher)
+            && {
+                let due = src.look_due();
+                let now = monotonic_ns();
+                due > now && due - now <= HOLD_BOUND.as_nanos() as u64
+            };
+        if !keep {
+            src.set_watcher(from);
+        }
     }
 
     /// Is `me`, leading `s`, checked on by another member (its watcher, idle or about to be)?

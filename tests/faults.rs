@@ -310,17 +310,23 @@ fn a_thread_hanging_mid_stream_with_its_event(backend: Backend) {
     let mut seen = vec![0u32; MESSAGES as usize];
     let mut per_member = [0u64; MEMBERS];
     let mut hung = None;
+    let (mut last, mut longest) = (std::time::Instant::now(), Duration::ZERO);
     for _ in 0..MESSAGES {
         let (member, id) = read_rx
             .recv_timeout(WAIT_BOUND)
             .unwrap_or_else(|_| panic!("{backend:?}: the group stalled; read {per_member:?}"));
+        longest = longest.max(last.elapsed());
+        last = std::time::Instant::now();
         seen[id as usize] += 1;
         per_member[member] += 1;
         if id == HANG_AT {
             hung = Some(member);
         }
     }
-    eprintln!("{backend:?}: read per member {per_member:?}, member {hung:?} hung at {HANG_AT}");
+    eprintln!(
+        "{backend:?}: read per member {per_member:?}, member {hung:?} hung at {HANG_AT}, \
+         longest pause between reads {longest:?}"
+    );
     assert!(
         seen.iter().all(|&n| n == 1),
         "{backend:?}: a message lost or read twice"

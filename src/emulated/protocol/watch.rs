@@ -33,8 +33,10 @@ impl Protocol<'_> {
     /// starved of CPU, with the source ready and unclaimed, or holding it itself too long):
     /// only the member that checks on that leader (its watcher) looks. While the leader holds
     /// the source itself (it kept the token through its turn), when that hold would be overdue
-    /// (`take_from_overdue_leader`); while another member holds it, never (the leader times
-    /// that hold); while nobody holds it, only while the source is active (claimed within
+    /// (`take_from_overdue_leader`); while another member holds it, after `HOLD_BOUND` (the
+    /// leader times that hold and ends it by then, and a watcher that keeps the watch,
+    /// `hand_watch`, must not sleep without a look while the leader may come to hold the source
+    /// itself); while nobody holds it, only while the source is active (claimed within
     /// `ACTIVE_WINDOW`): every `LIVENESS_CHECK` at first, then as long again as the source has
     /// been quiet, so a source that goes quiet costs a handful of looks and then none.
     pub(crate) fn stuck_look_in(&self, s: usize, me: Occupant, now: &Now) -> Option<Duration> {
@@ -49,7 +51,7 @@ impl Protocol<'_> {
             return Some(HOLD_BOUND.saturating_sub(quiet));
         }
         if !hold.is_free() {
-            return None;
+            return (hold.slot != me.slot).then_some(HOLD_BOUND);
         }
         (quiet < ACTIVE_WINDOW).then(|| quiet.max(LIVENESS_CHECK))
     }
@@ -70,8 +72,10 @@ impl Protocol<'_> {
     /// As a rule `from`: it is awake, and plans its next sleep with the look the watch needs.
     /// But the watcher keeps the watch when it will look within `HOLD_BOUND` anyway (idle, not
     /// `next`, its look due by then: `look_due`) and it, `from` and `next` are threads of one
-    /// process (between them there is no death to watch for, only a stuck leader, which the
-    /// coming look finds: within twice `HOLD_BOUND` of the stall). In a stream, where turns
+    /// process (between them there is no death to watch for, only a stuck leader). The look it
+    /// keeps is due before `next` can have held the source for `HOLD_BOUND`, and at it the
+    /// watcher times whatever hold it finds (`stuck_look_in`), so a stall is found as soon as
+    /// with a fresh watcher: `HOLD_BOUND` after the stalled claim. In a stream, where turns
     /// last tens of microseconds, moving the watch at every turn left every earlier passer with
     /// a look planned for nothing, one wake-up per turn (`docs/lab.md`, the watch kept).
     pub(crate) fn hand_watch(&self, s: usize, from: Occupant, next: Occupant) {

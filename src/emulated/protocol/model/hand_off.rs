@@ -509,6 +509,63 @@ fn a_watcher_ends_a_stalled_leaders_own_hold() {
     });
 }
 
+/// Between threads of one process a pass may leave the watch with an idle watcher whose look is
+/// due (`Protocol::hand_watch`), and that watcher may be planning its next look as the token
+/// moves. Member 1, the leader, goes busy with an event it holds: it passes the token to member
+/// 0 and then releases, while member 2, its watcher, plans its sleep (`plan_look`); then member
+/// 0 holds the source itself and stalls. Whatever the interleaving, whoever watches member 0
+/// then will look: the passer, awake, plans its sleep when it comes back to `wait`, and a
+/// watcher that kept the watch sleeps with a look planned (`look_due`); and that look,
+/// `HOLD_BOUND` on, ends the stalled hold and takes the token.
+#[test]
+fn a_kept_watch_finds_the_next_leaders_stall() {
+    loom::model(|| {
+        let w = World::new(3);
+        let (next, leader, watcher) = (0, 1, 2);
+        w.set_state(next, state::IDLE);
+        w.set_state(watcher, state::IDLE);
+        w.lead(0, leader);
+        w.source(0).set_watcher(w.who(watcher));
+        let tk = w.token();
+        // The source is active (an event claimed and consumed), and the watcher planned a look.
+        let first = tk.claim(0, w.who(leader)).expect("a free source");
+        tk.release(0, first);
+        assert!(tk.plan_look(0, w.who(watcher), &Now::new()).is_some());
+        let held = tk.claim(0, w.who(leader)).expect("a free source");
+        let planning = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let _ = w.token().plan_look(0, w.who(watcher), &Now::new());
+            })
+        };
+        tk.pass(0, w.who(leader), false);
+        tk.release(0, held);
+        planning.join().unwrap();
+        assert_eq!(
+            w.source(0).leader(),
+            w.who(next),
+            "the token went to the next idle member"
+        );
+        let _stalled = tk.claim(0, w.who(next)).expect("a free source");
+        let checker = w.source(0).watcher();
+        if checker == w.who(watcher) {
+            assert_ne!(
+                w.source(0).look_due(),
+                0,
+                "the watch was kept by a member asleep with no look planned"
+            );
+        } else {
+            assert_eq!(checker, w.who(leader), "watched by {checker:?}");
+            w.set_state(leader, state::IDLE); // the passer comes back to wait
+        }
+        assert!(tk.plan_look(0, checker, &Now::new()).is_some());
+        crate::sync::advance(HOLD_BOUND);
+        assert!(tk.take_from_overdue_leader(0, checker, &Now::new()));
+        assert_eq!(w.source(0).leader(), checker);
+        assert!(w.source(0).hold().is_free());
+    });
+}
+
 /// The same watcher's look while the stalled leader stays stalled: it ends the overdue hold and
 /// takes the token, once, and a second look changes nothing.
 #[test]

@@ -55,12 +55,11 @@
 //! last passed the token (the *watcher*; between threads of one process, an earlier passer
 //! whose look at the leader is due soon keeps the watch, `hand_watch`) or the leader waiting
 //! for the holder, but only when that member is in another process; threads of one process
-//! never check. On Linux the
-//! dependent member waits on the other process's death as an event (a pidfd in its poller, see
-//! `deathwatch`); elsewhere, and as the fallback, it wakes every `LIVENESS_CHECK`. The dead
-//! member is cleared out by a reap, which the member table runs (`Members::reap`: exclusive,
-//! resumable by another member should the reaper die, and a no-op if it does not begin) with
-//! this backend's hook (`watch`, `clear_out`).
+//! never check. On Linux the dependent member waits on the other process's death as an event
+//! (a pidfd in its poller, see `deathwatch`); elsewhere, and as the fallback, it wakes every
+//! `LIVENESS_CHECK`. The dead member is cleared out by a reap, which the member table runs
+//! (`Members::reap`: exclusive, resumable by another member should the reaper die, and a no-op
+//! if it does not begin) with this backend's hook (`watch`, `clear_out`).
 
 #[cfg(all(test, loom))]
 mod model;

@@ -21,8 +21,9 @@
 //! source table, under its lock, `super::table`), `members` (a bitmap of the slots registered
 //! on the source, bit n for member n, set by its member under the table's lock and cleared by
 //! its member or its reaper), `line_head` (a slot), and the hints `deputy`, `stuck`,
-//! `claimed_at`, `hold_ns`, `ready_on_arm`, `look_due`, plain stores (or a load and a store where they
-//! average): a lost update there costs a check, a spin or a wake-up, never the token.
+//! `claimed_at`, `hold_ns`, `ready_on_arm`, `look_due`, plain stores (or a load and a store
+//! where they average): a lost update there costs a check, a spin or a wake-up, never the
+//! token.
 //!
 //! # Transitions of the holder word (`claim`, `end`)
 //!

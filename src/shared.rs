@@ -74,7 +74,7 @@ pub(crate) const REMOVED_MAGIC: u64 = u64::from_le_bytes(*b"herdgone");
 /// The shared layout's version: changed whenever the layout of [`Header`], [`MemberSlot`] or a
 /// backend's region changes, so that a named group made by another version of herdless is
 /// refused, not misread.
-pub(crate) const LAYOUT_VERSION: u32 = 6;
+pub(crate) const LAYOUT_VERSION: u32 = 7;
 
 /// The fixed part of the shared state: the preamble and the member table's own words. Aligned
 /// to 128 bytes (two cache lines, the unit of the x86 prefetcher), so that the member slots

@@ -599,7 +599,7 @@ fn bad_objects_are_refused(backend: Backend) {
         match got {
             Err(Error::IncompatibleGroup {
                 found, expected, ..
-            }) => assert_eq!((found, expected), (999, 6)), // this herdless's layout: 6
+            }) => assert_eq!((found, expected), (999, 7)), // this herdless's layout: 7
             other => panic!("expected IncompatibleGroup, got {other:?}"),
         }
     }

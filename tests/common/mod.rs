@@ -81,6 +81,8 @@ pub struct Outcome {
     pub kernel_wakeups: u64,
     /// Every message id read, in any order.
     pub ids: Vec<u64>,
+    /// The ids each member read, in join order (threads only; empty for processes).
+    pub ids_per_member: Vec<Vec<u64>>,
     /// For each member killed: how long the first message written after the kill took to be
     /// read (the group's stall while it noticed the death).
     pub stalls_after_kills: Vec<Duration>,
@@ -276,6 +278,15 @@ impl Turns {
                 acks.recv().unwrap();
             }
         })
+    }
+
+    /// As `threads`, with the producer given: `produce` gets the pipe's write end, the
+    /// members' acknowledgements (one per message read) and their thread ids.
+    pub fn threads_with(
+        &self,
+        produce: impl FnOnce(RawFd, &std::sync::mpsc::Receiver<u64>, &[i32]),
+    ) -> Outcome {
+        self.run_threads(produce)
     }
 
     /// Starts the member threads, waits until all sleep in the kernel, runs `produce` (given
@@ -480,6 +491,7 @@ impl Turns {
             empty_reads,
             kernel_wakeups,
             ids,
+            ids_per_member: Vec::new(),
             stalls_after_kills,
         };
         (outcome, killed)
@@ -567,13 +579,15 @@ fn outcome(results: Vec<(u64, u64, u64, Vec<u64>)>) -> Outcome {
         empty_reads: 0,
         kernel_wakeups: 0,
         ids: Vec::new(),
+        ids_per_member: Vec::new(),
         stalls_after_kills: Vec::new(),
     };
     for (count, empty, switches, ids) in results {
         out.per_member.push(count);
         out.empty_reads += empty;
         out.kernel_wakeups += switches;
-        out.ids.extend(ids);
+        out.ids.extend(&ids);
+        out.ids_per_member.push(ids);
     }
     out
 }

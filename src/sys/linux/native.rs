@@ -27,6 +27,10 @@
 //! between delete and add. `one_event_round_robin` is `maxevents = 1`: level-triggered epoll
 //! moves a delivered entry to the tail of its ready list, so ready descriptors come in turn.
 //!
+//! In a stream under `Adaptive` the members asleep leave the line of the file, so that the
+//! kernel wakes none of them while the member in its turn reads: they stand aside from the
+//! stream (`stream_aside.rs`), and the turn goes round with a ring.
+//!
 //! A member handed an exclusive event holds its file's claim until it is consumed
 //! (`claims.rs`): a readiness the kernel also reports to a second member (a message queue
 //! wakes its pollers for every receive) is not handed out twice.
@@ -58,6 +62,8 @@ mod hand_on;
 mod hints;
 mod kernel;
 mod registration;
+mod stream_aside;
+mod turns;
 
 pub(crate) use deaths::OnDeath;
 use deaths::DEATH_DATA;
@@ -167,6 +173,13 @@ pub(crate) struct NativeWaiter {
     quick: bool,
     /// How many of its exclusive registrations the member stands aside from (`aside.rs`).
     aside: u32,
+    /// Does it stand aside from a stream (`stream_aside.rs`), and how many times has it looked
+    /// whether that stream's turn is still live (its bound doubles each time)?
+    aside_from_stream: bool,
+    aside_looks: u32,
+    /// Did this kernel wait find its events there already, with no sleep (they came while the
+    /// member held its last one: `stream_aside.rs`)?
+    pending_at_entry: bool,
     /// Whose death this member watches (`crate::ring`), and the pidfd in `epoll` it watches it
     /// by (`deaths.rs`); boxed, as it is looked at only when the group's roster changes.
     deaths: Box<deaths::Deaths>,
@@ -215,6 +228,9 @@ impl NativeWaiter {
             consumed_at: 0,
             quick: false,
             aside: 0,
+            aside_from_stream: false,
+            aside_looks: 0,
+            pending_at_entry: false,
             deaths: Box::default(),
         };
         waiter
@@ -357,8 +373,23 @@ impl NativeWaiter {
         }
         self.set_handed(fd, 0);
         match self.rotation {
+            // In a stream the turn is handed to the next member, who takes over the line
+            // (`stream_aside.rs`).
+            Rotation::Adaptive if stream.is_some() => {
+                self.pass_stream_turn(fd);
+                Ok(())
+            }
             // Under a backlog the turn is handed on, and the member stands aside (`aside.rs`).
-            Rotation::Adaptive => self.pass_turn(fd),
+            // A stream that was this member's turn is over: the members standing aside from it
+            // are called back into line.
+            Rotation::Adaptive => {
+                let hints = NativeHints::of(&self.shared);
+                let over = turns::end(&hints, reg.file, reg.interest, self.me);
+                if over {
+                    hand_on::call_back_from_stream(&self.shared, &self.bells, self.me);
+                }
+                self.pass_turn(fd)
+            }
             // Turns by count only move the entry: a member back in its wait first may take the
             // next event of a backlog itself (a ring per event cost strict turns twice the
             // time of `herd`'s raw flag at 500 waiters, `docs/lab.md`).
@@ -431,18 +462,35 @@ impl NativeWaiter {
             let sweeping = !by_event && !self.exclusive.is_empty();
             let (ms, capped) = deaths::sweep_cap(timeout_ms(deadline), sweeping);
             let (ms, aside_capped) = self.aside_cap(ms);
-            // Marked waiting (someone to hand a turn to) while inside the kernel wait; a look is
-            // not (it sleeps nowhere, and busy pollers would bounce the bitmap's line at every
-            // look).
-            if !looking {
-                NativeHints::of(&self.shared).set_waiting(self.me, true);
+            // Under `Adaptive`, first a look: events already there when the member comes back
+            // (they came while it held its last one: a stream's sign, `stream_aside.rs`) are
+            // taken with no sleep. Other rotations go to sleep at once, as the raw flag does.
+            let mut looked = None;
+            self.pending_at_entry = false;
+            if looking || self.rotation == Rotation::Adaptive {
+                let zero = Some(Duration::ZERO);
+                let res = crate::sys::epoll::wait(self.epoll.as_fd(), &mut self.buffer, max, zero);
+                self.pending_at_entry = matches!(res, Ok(n) if n > 0);
+                if looking || ms == 0 || !matches!(res, Ok(0)) {
+                    looked = Some(res);
+                }
             }
-            // A whole number of milliseconds (`timeout_ms` rounded up): one `epoll_pwait`.
-            let timeout = u64::try_from(ms).ok().map(Duration::from_millis);
-            let res = crate::sys::epoll::wait(self.epoll.as_fd(), &mut self.buffer, max, timeout);
-            if !looking {
-                NativeHints::of(&self.shared).set_waiting(self.me, false);
-            }
+            let res = match looked {
+                Some(res) => res,
+                None => {
+                    // Marked waiting (someone to hand a turn to) while inside the kernel wait; a
+                    // look is not (it sleeps nowhere, and busy pollers would bounce the bitmap's
+                    // line at every look).
+                    let hints = NativeHints::of(&self.shared);
+                    hints.set_waiting(self.me, true);
+                    // A whole number of milliseconds (`timeout_ms` rounded up): one `epoll_pwait`.
+                    let timeout = u64::try_from(ms).ok().map(Duration::from_millis);
+                    let res =
+                        crate::sys::epoll::wait(self.epoll.as_fd(), &mut self.buffer, max, timeout);
+                    hints.set_waiting(self.me, false);
+                    res
+                }
+            };
             let n = match res {
                 Ok(n) => n,
                 // A signal handler ran: the wait ends with no events, so that the caller sees
@@ -454,6 +502,10 @@ impl NativeWaiter {
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
             if n == 0 && aside_capped {
+                if self.aside_from_stream && self.stream_still_held() {
+                    self.aside_looks += 1;
+                    continue; // the stream goes on in another member's turn: still aside
+                }
                 self.step_back_where_due(true)?; // stood aside long enough: back in line
                 continue;
             }
@@ -514,6 +566,11 @@ impl NativeWaiter {
                     stale = true;
                     continue;
                 }
+                // In another member's stream turn: out of the line (`stream_aside.rs`).
+                let exclusive = reg.interest.is_exclusive();
+                if exclusive && self.rotation == Rotation::Adaptive && self.aside_from_stream(fd)? {
+                    continue;
+                }
                 match self.claim(fd) {
                     Claim::Held => {
                         self.contested.push((fd, flags)); // another member holds it: see below
@@ -541,9 +598,16 @@ impl NativeWaiter {
                 by_event = self.neighbour_died(on_death);
             }
             if rung {
+                let was_aside_from_stream = self.aside_from_stream;
+                if was_aside_from_stream {
+                    // A stream's turn, most likely: the member is trusted to come back as
+                    // quickly as the one before it (no hand-on at its first `consumed`).
+                    self.quick = true;
+                    self.consumed_at = 0;
+                }
                 // A ring hands this member a turn: back into every line it stood aside from.
                 self.step_back_where_due(true)?;
-                noted |= self.take_handed_on(events, max);
+                noted |= self.take_handed_on(events, max, was_aside_from_stream);
             }
             if noted {
                 self.note_event();
@@ -579,6 +643,17 @@ impl NativeWaiter {
             reg.handed += 1;
             let handed = &NativeHints::of(&self.shared).stream.handed;
             reg.mark = handed.fetch_add(1, SeqCst) + 1;
+            if self.rotation == Rotation::Adaptive {
+                let hints = NativeHints::of(&self.shared);
+                if self.pending_at_entry {
+                    // It came while this member held its last event: an overlap.
+                    hints.stream.overlap_at.store(reg.mark, SeqCst);
+                }
+                let (file, interest) = (reg.file, reg.interest);
+                if self.stream_now().is_some() {
+                    turns::note(&hints, file, interest, self.me);
+                }
+            }
             self.total_handed += 1;
             noted = true;
             if !self.rotate_pending.contains(&fd) {

@@ -20,7 +20,8 @@
 //!   (the rung member's wait had no room, or its mark was cleared by a new wait): the bound
 //!   keeps any of these from leaving it out of the line for long.
 //!
-//! Then the entry is added again, at the tail. With nobody idle to ring, a turn ends as a plain
+//! Then the entry is added again, at the tail. (A member standing aside from a *stream*,
+//! `stream_aside.rs`, looks at the stream's turn at longer intervals instead.) With nobody idle to ring, a turn ends as a plain
 //! rotation. Without a backlog nothing changes: the entry goes to the tail and the next new
 //! event wakes the member at the head, so a quiet service pays nothing for this. Only
 //! `Rotation::Adaptive` stands aside, where a turn under a backlog is a batch (one ring per
@@ -67,7 +68,7 @@ impl NativeWaiter {
                 e,
             ));
         }
-        if !ring_idle_for_turn(&self.shared, &self.bells, self.me) {
+        if ring_idle_for_turn(&self.shared, &self.bells, self.me, None).is_none() {
             return self.step_back(fd); // nobody to hand the turn to: the tail, as a rotation
         }
         if let Some(reg) = self.registrations.get_mut(&fd) {
@@ -83,11 +84,11 @@ impl NativeWaiter {
         let Some(reg) = self.registrations.get_mut(&fd) else {
             return Ok(());
         };
-        if reg.aside {
-            reg.aside = false;
-            self.aside -= 1;
-        }
+        let was_aside = std::mem::replace(&mut reg.aside, false);
         let (flags, data) = (epoll_flags(reg.interest), token(fd, reg.gen));
+        if was_aside {
+            self.one_less_aside();
+        }
         match ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, flags, data) {
             Ok(()) => Ok(()),
             // Closed or reused while it stood aside: the registration goes (no entry of it is
@@ -123,10 +124,24 @@ impl NativeWaiter {
         Ok(())
     }
 
+    /// The member stands aside from one descriptor less (its `aside` count goes down by one).
+    pub(super) fn one_less_aside(&mut self) {
+        self.aside -= 1;
+        if self.aside == 0 {
+            self.aside_from_stream = false;
+            self.aside_looks = 0;
+        }
+    }
+
     /// The kernel wait's timeout (`ms`, -1 for none) capped at `ASIDE_BOUND` while the member
-    /// stands aside: (the timeout, whether it was capped).
+    /// stands aside (at `stream_aside::look_after` if it stands aside from a stream): (the
+    /// timeout, whether it was capped).
     pub(super) fn aside_cap(&self, ms: libc::c_int) -> (libc::c_int, bool) {
-        let cap = ASIDE_BOUND.as_millis() as libc::c_int;
+        let bound = match self.aside_from_stream {
+            true => super::stream_aside::look_after(self.aside_looks),
+            false => ASIDE_BOUND,
+        };
+        let cap = bound.as_millis() as libc::c_int;
         match self.aside > 0 && (ms < 0 || ms > cap) {
             true => (cap, true),
             false => (ms, false),

@@ -54,28 +54,50 @@ pub(super) const BELL_DATA: u64 = u64::MAX - 1;
 /// it; returns whether it rang one. A rung member looks at its exclusive descriptors; one with
 /// its bell rung and not yet drained will look anyway.
 pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<u32>) -> bool {
-    ring_first_idle(shared, bells, except, RUNG)
+    ring_first_idle(shared, bells, except, RUNG).is_some()
 }
 
-/// As `ring_idle`, for member `me` whose turn ended and who stands aside (`aside.rs`): the rung
-/// member knows who rang, and rings it back if it finds nothing to take (the ring was for a
-/// descriptor it does not have), so that the turn comes back to `me` rather than wait for
-/// `aside::ASIDE_BOUND`.
-pub(super) fn ring_idle_for_turn(shared: &SharedState, bells: &Doorbells, me: u32) -> bool {
-    ring_first_idle(shared, bells, Some(me), RUNG_BY_MEMBER + me)
+/// As `ring_idle`, for member `me` whose turn ended and who stands aside (`aside.rs`), or whose
+/// stream turn of the file in slot `stream_slot` of the turn table ended (`stream_aside.rs`):
+/// the rung member knows who rang, and rings it back if it finds nothing to take (the ring was
+/// for a descriptor it does not have), so that the turn comes back to `me` rather than wait
+/// for `aside::ASIDE_BOUND`; rung for a stream's turn of a file it watches, it is back in that
+/// line and rings nobody back. Returns the member rung.
+pub(super) fn ring_idle_for_turn(
+    shared: &SharedState,
+    bells: &Doorbells,
+    me: u32,
+    stream_slot: Option<u32>,
+) -> Option<u32> {
+    let slot = stream_slot.map_or(0, |s| (s + 1) << SLOT_SHIFT);
+    ring_first_idle(shared, bells, Some(me), (RUNG_BY_MEMBER + me) | slot)
+}
+
+/// Member `me`'s stream is over (`stream_aside.rs`): the first idle member is rung back into
+/// every line, and if it stood aside from a stream it rings the next one the same way.
+pub(super) fn call_back_from_stream(shared: &SharedState, bells: &Doorbells, me: u32) {
+    ring_first_idle(shared, bells, Some(me), RUNG | CALL_BACK);
+}
+
+/// Rings member `m` (joined, inside its wait or not) to look at its descriptors.
+pub(super) fn ring_holder(shared: &SharedState, bells: &Doorbells, m: u32) -> bool {
+    ring_member(shared, bells, m, RUNG, state::BUSY)
 }
 
 /// A member slot's `rung` word: 0 (not rung), `RUNG` (rung), or `RUNG_BY_MEMBER + m` (rung by
-/// member `m` standing aside, see `ring_idle_for_turn`).
+/// member `m`, whose turn ended, see `ring_idle_for_turn`), the latter with the slot + 1 of a
+/// stream's file from bit `SLOT_SHIFT` on, and either with `CALL_BACK` (the stream is over).
 const RUNG: u32 = 1;
 const RUNG_BY_MEMBER: u32 = 2;
+const SLOT_SHIFT: u32 = 24;
+const CALL_BACK: u32 = 1 << 31;
 
 fn ring_first_idle(
     shared: &SharedState,
     bells: &Doorbells,
     except: Option<u32>,
     mark: u32,
-) -> bool {
+) -> Option<u32> {
     let high = shared.high();
     let cursor = &super::NativeHints::of(shared).ring_cursor;
     first_in_ring(high, cursor.load(SeqCst), |m| {
@@ -85,9 +107,8 @@ fn ring_first_idle(
         // A plain store: two ringers racing may leave it at either one's member, and either is
         // past a member just rung.
         cursor.store((m + 1) % high, SeqCst);
-        Some(())
+        Some(m)
     })
-    .is_some()
 }
 
 /// Rings member `m`'s bell, marking its slot `mark`, if it is in `when` (`state::IDLE`: inside
@@ -190,7 +211,12 @@ impl NativeWaiter {
     /// with one zero-timeout `poll`; with no room left, the bell is left for the next wait.
     /// A member rung for a turn (`ring_idle_for_turn`) that takes no exclusive event in this
     /// wait rings the member who handed it back. Returns whether the stream hint counts any.
-    pub(super) fn take_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
+    pub(super) fn take_handed_on(
+        &mut self,
+        events: &mut Events,
+        max: usize,
+        was_aside_from_stream: bool,
+    ) -> bool {
         if events.len() >= max {
             // No room (one event per wait, and the kernel gave one): the bell stays rung and
             // readable, and the next wait looks.
@@ -198,16 +224,37 @@ impl NativeWaiter {
         }
         self.bells.drain(self.me);
         // After the drain (a ring between a clear and the drain would be lost).
-        let by = self.shared.member(self.me).rung.swap(0, SeqCst);
+        let mark = self.shared.member(self.me).rung.swap(0, SeqCst);
         let noted = self.look_handed_on(events, max);
+        if mark & CALL_BACK != 0 && was_aside_from_stream {
+            // The stream is over and this member was out of its line: the next one too.
+            call_back_from_stream(&self.shared, &self.bells, self.me);
+        }
+        let slot = (mark & !CALL_BACK) >> SLOT_SHIFT;
+        let by = mark & ((1 << SLOT_SHIFT) - 1);
+        if by < RUNG_BY_MEMBER || by - RUNG_BY_MEMBER == self.me {
+            return noted;
+        }
         // Handed an exclusive event by this wait, from the kernel or the look?
         let took = self
             .exclusive
             .iter()
             .any(|fd| self.registrations[fd].outstanding);
-        if !took && by >= RUNG_BY_MEMBER && by - RUNG_BY_MEMBER != self.me {
-            // Rung for a turn this member could not take: back to the member who stands aside.
+        // Rung for a stream's turn of a file it watches: it is in that line now, and the
+        // stream's next event wakes it.
+        let in_line = slot != 0
+            && self
+                .exclusive
+                .iter()
+                .any(|fd| super::turns::slot_index(self.registrations[fd].file) + 1 == slot);
+        if !took && !in_line {
+            // Rung for a turn this member could not take: back to the member who stands aside
+            // (or, for a stream's turn, reads on: the turn is not this member's any more).
             // Rung whether or not it is back in its wait yet: it rang on its way out of it.
+            if slot != 0 {
+                let hints = super::NativeHints::of(&self.shared);
+                super::turns::give_back(&hints, slot - 1, self.me);
+            }
             ring_member(
                 &self.shared,
                 &self.bells,

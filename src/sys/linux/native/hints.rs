@@ -1,7 +1,8 @@
 //! The native backend's region of the group's shared memory: the hints its members share. None
 //! of them decides who gets an event (the kernel does); they decide when a member's turn ends
 //! (`Rotation::Adaptive`: is anyone else waiting, is the group in a stream), whom a hand-on
-//! rings next, and which member holds a file's readiness (`claims.rs`). Each word that members
+//! rings next, which member holds a file's readiness (`claims.rs`), and whose stream turn a file
+//! is in (`stream_aside.rs`). Each word that members
 //! write at every wait or every event has a line pair of its own (128 bytes, as crossbeam pads
 //! on x86_64: the prefetcher pulls lines in pairs), so that a member's writes do not make every
 //! other member's reads miss.
@@ -59,6 +60,9 @@ pub(super) struct Fixed {
     pub(super) stream: Line<Stream>,
     /// Who holds a readiness of each file slot (`claims.rs`).
     pub(super) claims: ClaimTable,
+    /// Whose stream turn each file slot is in, and when it last took an event
+    /// (`stream_aside.rs`).
+    pub(super) turns: ClaimTable,
 }
 
 /// The native backend's region: the fixed hints, then a bitmap of the members inside their
@@ -133,6 +137,11 @@ impl<'a> NativeHints<'a> {
     /// The claim table (`claims.rs`).
     pub(super) fn claims_table(&self) -> &'a ClaimTable {
         &self.fixed.claims
+    }
+
+    /// The stream turns' table (`stream_aside.rs`).
+    pub(super) fn turns_table(&self) -> &'a ClaimTable {
+        &self.fixed.turns
     }
 
     /// Member `m` enters (`true`) or leaves its kernel wait, or is reaped (`false`).

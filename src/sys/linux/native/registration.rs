@@ -81,7 +81,7 @@ impl NativeWaiter {
         let old = self.registrations.remove(fd)?;
         self.release_claim(&old);
         if old.aside {
-            self.aside -= 1;
+            self.one_less_aside();
         }
         self.rotate_pending.retain(|&p| p != fd);
         if old.interest.is_exclusive() {
@@ -218,6 +218,8 @@ impl NativeWaiter {
         let fds: Vec<RawFd> = self.registrations.keys().copied().collect();
         // Every live registration gets an entry in the new instance: none stands aside.
         self.aside = 0;
+        self.aside_from_stream = false;
+        self.aside_looks = 0;
         for fd in fds {
             let reg = self
                 .registrations

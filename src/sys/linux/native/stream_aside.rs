@@ -1,0 +1,135 @@
+//! Standing aside from a stream: in a stream only the member whose turn it is stays in line.
+//!
+//! `EPOLLEXCLUSIVE` stops the kernel's walk of a file's wait queue at the first entry whose
+//! epoll has a thread asleep in it; an entry whose member is running (reading the last event,
+//! or on its way back to `epoll_wait`) only queues the event and lets the walk go on
+//! (`ep_poll_callback`). So while one member reads a stream, every write wakes one of the
+//! members asleep behind it: at 500 waiters on a pipe, 1.00 kernel wake-ups per message, each
+//! paid by the producer inside its `write`, where one member alone never sleeps (`docs/lab.md`,
+//! "Why 500 waiters cost more than one, natively"). Here, under `Rotation::Adaptive` and in a
+//! stream (the group's stream hint, `NativeWaiter::stream_now`):
+//!
+//! - the member that takes a stream's events writes its turn in the file's word of the
+//!   group's turn table (`turns.rs`: its member, a tag of the file, a coarse clock), at most every few
+//!   microseconds;
+//! - a member that the kernel reports the file to while the word names another member who
+//!   took an event of it in the last `turns::FRESH` deletes its entry and stands aside (`aside.rs`),
+//!   and rings that member (the report may have been the file's only wake-up, the holder's
+//!   entry never hearing of it); after one wake-up each, the members asleep are out of the
+//!   line and the holder reads alone, as one member does;
+//! - the holder's turn ends by the stream rule (`turn::ends`: about `STREAM_TURN`, or its lead
+//!   over its share); it rings the next idle member in ring order (`hand_on`) and names it in
+//!   the word, and stays in line: its next report of the file finds the turn the other's, and
+//!   it stands aside then, while the rung member steps back into the line and looks. A member
+//!   rung for a file it does not watch clears the word and rings the ringer back;
+//! - with one member reading, events no longer overlap (the stream hint's first sign): an event
+//!   already there when a member comes back to `wait` (its first, zero-timeout look finds it)
+//!   came while it held the last one, and counts as an overlap;
+//! - a member standing aside goes back into line when rung (its turn), when the stream ends
+//!   (the last holder rings one member standing aside, and each rings the next), or by itself:
+//!   it looks at the word after `FIRST_LOOK`, then at twice each interval up to `LAST_LOOK`,
+//!   and goes back once the word names no live turn of the file (a holder stopped, stalled or
+//!   gone: a stall is found `FIRST_LOOK` after it by the members that stood aside last).
+//!
+//! Everything here is a hint: the kernel still wakes whoever is in line, a file whose slot
+//! another file's stream writes (a different tag) is read side by side as without this, and a
+//! holder that dies is found by the bound (its word goes stale in `turns::FRESH`) and by its reap.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::hints::NativeHints;
+use super::kernel::ctl;
+use super::turns::{hand, holder, slot_index};
+use super::NativeWaiter;
+use crate::error::{Error, Result};
+use crate::registry;
+
+/// A member standing aside from a stream first looks whether the turn is still live this long
+/// after it stood aside (the emulation's `HOLD_BOUND`: a stopped holder is passed over as late
+/// there), then at twice the interval each time, up to `LAST_LOOK`.
+const FIRST_LOOK: Duration = Duration::from_millis(40);
+const LAST_LOOK: Duration = Duration::from_millis(640);
+
+/// The kernel wait's bound for a member that stands aside from a stream and has looked
+/// `looks` times already.
+pub(super) fn look_after(looks: u32) -> Duration {
+    FIRST_LOOK.saturating_mul(1 << looks.min(8)).min(LAST_LOOK)
+}
+
+impl NativeWaiter {
+    /// The kernel reported the exclusive `fd` to this member: is it in another member's live
+    /// stream turn (then this member stands aside from it, and that member is rung)? Only under
+    /// `Rotation::Adaptive` in a stream.
+    pub(super) fn aside_from_stream(&mut self, fd: RawFd) -> Result<bool> {
+        let Some(reg) = self.registrations.get(&fd).copied() else {
+            return Ok(false);
+        };
+        let hints = NativeHints::of(&self.shared);
+        let Some(holder) = holder(&hints, reg.file, reg.interest, self.me) else {
+            return Ok(false);
+        };
+        if self.stream_now().is_none() {
+            return Ok(false);
+        }
+        self.stand_aside(fd, holder)?;
+        Ok(true)
+    }
+
+    /// Is every descriptor this member stands aside from still in another member's live stream
+    /// turn? Asked at the member's look (`look_after`).
+    pub(super) fn stream_still_held(&self) -> bool {
+        let hints = NativeHints::of(&self.shared);
+        self.exclusive.iter().all(|fd| {
+            let reg = &self.registrations[fd];
+            !reg.aside || holder(&hints, reg.file, reg.interest, self.me).is_some()
+        })
+    }
+
+    /// The member's turn of the exclusive `fd` ended in a stream: the next idle member is rung
+    /// for it and named in the turn word; this member stays in line until its next report of
+    /// the file, which then finds the turn the other's (`aside_from_stream`).
+    pub(super) fn pass_stream_turn(&mut self, fd: RawFd) {
+        let Some(reg) = self.registrations.get(&fd).copied() else {
+            return;
+        };
+        let slot = slot_index(reg.file);
+        if let Some(next) =
+            super::hand_on::ring_idle_for_turn(&self.shared, &self.bells, self.me, Some(slot))
+        {
+            hand(&NativeHints::of(&self.shared), reg.file, reg.interest, next);
+        }
+    }
+
+    /// The member leaves the line of the exclusive `fd` while a stream is member `holder`'s
+    /// turn: its entry is deleted, and the holder is rung to look.
+    fn stand_aside(&mut self, fd: RawFd, holder: u32) -> Result<()> {
+        if let Err(e) = ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0, 0) {
+            if registry::maybe_stale(&e) {
+                self.forget(fd);
+                return self.rebuild();
+            }
+            return Err(Error::io("standing aside from a stream", e));
+        }
+        if let Some(reg) = self.registrations.get_mut(&fd) {
+            reg.aside = true;
+        }
+        self.aside += 1;
+        self.aside_from_stream = true;
+        super::hand_on::ring_holder(&self.shared, &self.bells, holder);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_doubles_from_the_first_look_to_the_last() {
+        assert_eq!(look_after(0), FIRST_LOOK);
+        assert_eq!(look_after(1), FIRST_LOOK * 2);
+        assert_eq!(look_after(4), LAST_LOOK);
+        assert_eq!(look_after(u32::MAX), LAST_LOOK);
+    }
+}

@@ -21,12 +21,13 @@
 //!   keeps any of these from leaving it out of the line for long.
 //!
 //! Then the entry is added again, at the tail. (A member standing aside from a *stream*,
-//! `stream_aside.rs`, looks at the stream's turn at longer intervals instead.) With nobody idle to ring, a turn ends as a plain
-//! rotation. Without a backlog nothing changes: the entry goes to the tail and the next new
-//! event wakes the member at the head, so a quiet service pays nothing for this. Only
-//! `Rotation::Adaptive` stands aside, where a turn under a backlog is a batch (one ring per
-//! batch); `Every(n)` keeps the plain rotation (a ring per event under strict turns took twice
-//! the time per message of the plain rotation at 500 waiters, `docs/lab.md`).
+//! `stream_aside.rs`, looks at the stream's turn at longer intervals instead.) With nobody
+//! idle to ring, a turn ends as a plain rotation. Without a backlog nothing changes: the entry
+//! goes to the tail and the next new event wakes the member at the head, so a quiet service
+//! pays nothing for this. Only `Rotation::Adaptive` stands aside, where a turn under a backlog
+//! is a batch (one ring per batch); `Every(n)` keeps the plain rotation (a ring per event under
+//! strict turns took twice the time per message of the plain rotation at 500 waiters,
+//! `docs/lab.md`).
 
 use std::os::fd::RawFd;
 use std::time::Duration;

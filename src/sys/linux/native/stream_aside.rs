@@ -10,13 +10,13 @@
 //! stream (the group's stream hint, `NativeWaiter::stream_now`):
 //!
 //! - the member that takes a stream's events writes its turn in the file's word of the
-//!   group's turn table (`turns.rs`: its member, a tag of the file, a coarse clock), at most every few
-//!   microseconds;
+//!   group's turn table (`turns.rs`: its member, a tag of the file, a coarse clock), at most
+//!   every few microseconds;
 //! - a member that the kernel reports the file to while the word names another member who
-//!   took an event of it in the last `turns::FRESH` deletes its entry and stands aside (`aside.rs`),
-//!   and rings that member (the report may have been the file's only wake-up, the holder's
-//!   entry never hearing of it); after one wake-up each, the members asleep are out of the
-//!   line and the holder reads alone, as one member does;
+//!   took an event of it in the last `turns::FRESH` deletes its entry and stands aside
+//!   (`aside.rs`), and rings that member (the report may have been the file's only wake-up,
+//!   the holder's entry never hearing of it); after one wake-up each, the members asleep are
+//!   out of the line and the holder reads alone, as one member does;
 //! - the holder's turn ends by the stream rule (`turn::ends`: about `STREAM_TURN`, or its lead
 //!   over its share); it rings the next idle member in ring order (`hand_on`) and names it in
 //!   the word, and stays in line: its next report of the file finds the turn the other's, and
@@ -33,7 +33,8 @@
 //!
 //! Everything here is a hint: the kernel still wakes whoever is in line, a file whose slot
 //! another file's stream writes (a different tag) is read side by side as without this, and a
-//! holder that dies is found by the bound (its word goes stale in `turns::FRESH`) and by its reap.
+//! holder that dies is found by the bound (its word goes stale in `turns::FRESH`) and by its
+//! reap.
 
 use std::os::fd::RawFd;
 use std::time::Duration;

@@ -173,10 +173,9 @@ pub(crate) struct NativeWaiter {
     quick: bool,
     /// How many of its exclusive registrations the member stands aside from (`aside.rs`).
     aside: u32,
-    /// Does it stand aside from a stream (`stream_aside.rs`), and how many times has it looked
-    /// whether that stream's turn is still live (its bound doubles each time)?
-    aside_from_stream: bool,
-    aside_looks: u32,
+    /// If it stands aside from a stream (`stream_aside.rs`): how many times it has looked
+    /// whether that stream's turn is still live (its bound doubles each time).
+    stream_looks: Option<u32>,
     /// Did this kernel wait find its events there already, with no sleep (they came while the
     /// member held its last one: `stream_aside.rs`)?
     pending_at_entry: bool,
@@ -228,8 +227,7 @@ impl NativeWaiter {
             consumed_at: 0,
             quick: false,
             aside: 0,
-            aside_from_stream: false,
-            aside_looks: 0,
+            stream_looks: None,
             pending_at_entry: false,
             deaths: Box::default(),
         };
@@ -502,8 +500,8 @@ impl NativeWaiter {
                 Err(e) => return Err(Error::io("waiting in epoll_wait", e)),
             };
             if n == 0 && aside_capped {
-                if self.aside_from_stream && self.stream_still_held() {
-                    self.aside_looks += 1;
+                if let Some(looks) = self.stream_looks.filter(|_| self.stream_still_held()) {
+                    self.stream_looks = Some(looks + 1);
                     continue; // the stream goes on in another member's turn: still aside
                 }
                 self.step_back_where_due(true)?; // stood aside long enough: back in line
@@ -598,7 +596,7 @@ impl NativeWaiter {
                 by_event = self.neighbour_died(on_death);
             }
             if rung {
-                let was_aside_from_stream = self.aside_from_stream;
+                let was_aside_from_stream = self.stream_looks.is_some();
                 if was_aside_from_stream {
                     // A stream's turn, most likely: the member is trusted to come back as
                     // quickly as the one before it (no hand-on at its first `consumed`).

@@ -129,8 +129,7 @@ impl NativeWaiter {
     pub(super) fn one_less_aside(&mut self) {
         self.aside -= 1;
         if self.aside == 0 {
-            self.aside_from_stream = false;
-            self.aside_looks = 0;
+            self.stream_looks = None;
         }
     }
 
@@ -138,10 +137,9 @@ impl NativeWaiter {
     /// stands aside (at `stream_aside::look_after` if it stands aside from a stream): (the
     /// timeout, whether it was capped).
     pub(super) fn aside_cap(&self, ms: libc::c_int) -> (libc::c_int, bool) {
-        let bound = match self.aside_from_stream {
-            true => super::stream_aside::look_after(self.aside_looks),
-            false => ASIDE_BOUND,
-        };
+        let bound = self
+            .stream_looks
+            .map_or(ASIDE_BOUND, super::stream_aside::look_after);
         let cap = bound.as_millis() as libc::c_int;
         match self.aside > 0 && (ms < 0 || ms > cap) {
             true => (cap, true),

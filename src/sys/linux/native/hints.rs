@@ -2,10 +2,9 @@
 //! of them decides who gets an event (the kernel does); they decide when a member's turn ends
 //! (`Rotation::Adaptive`: is anyone else waiting, is the group in a stream), whom a hand-on
 //! rings next, which member holds a file's readiness (`claims.rs`), and whose stream turn a file
-//! is in (`stream_aside.rs`). Each word that members
-//! write at every wait or every event has a line pair of its own (128 bytes, as crossbeam pads
-//! on x86_64: the prefetcher pulls lines in pairs), so that a member's writes do not make every
-//! other member's reads miss.
+//! is in (`turns.rs`). Each word that members write at every wait or every event has a line
+//! pair of its own (128 bytes, as crossbeam pads on x86_64: the prefetcher pulls lines in
+//! pairs), so that a member's writes do not make every other member's reads miss.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -60,8 +59,7 @@ pub(super) struct Fixed {
     pub(super) stream: Line<Stream>,
     /// Who holds a readiness of each file slot (`claims.rs`).
     pub(super) claims: ClaimTable,
-    /// Whose stream turn each file slot is in, and when it last took an event
-    /// (`stream_aside.rs`).
+    /// Whose stream turn each file slot is in, and when it last took an event (`turns.rs`).
     pub(super) turns: ClaimTable,
 }
 
@@ -139,7 +137,7 @@ impl<'a> NativeHints<'a> {
         &self.fixed.claims
     }
 
-    /// The stream turns' table (`stream_aside.rs`).
+    /// The stream turns' table (`turns.rs`).
     pub(super) fn turns_table(&self) -> &'a ClaimTable {
         &self.fixed.turns
     }

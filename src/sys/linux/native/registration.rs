@@ -218,8 +218,7 @@ impl NativeWaiter {
         let fds: Vec<RawFd> = self.registrations.keys().copied().collect();
         // Every live registration gets an entry in the new instance: none stands aside.
         self.aside = 0;
-        self.aside_from_stream = false;
-        self.aside_looks = 0;
+        self.stream_looks = None;
         for fd in fds {
             let reg = self
                 .registrations

@@ -116,7 +116,7 @@ impl NativeWaiter {
             reg.aside = true;
         }
         self.aside += 1;
-        self.aside_from_stream = true;
+        self.stream_looks.get_or_insert(0);
         super::hand_on::ring_holder(&self.shared, &self.bells, holder);
         Ok(())
     }

@@ -229,6 +229,118 @@ fn forked_members_read_a_stream_through_a_kill(backend: Backend) {
     }
 }
 
+/// 8 members read a stream of 20 000 messages; then the group is quiet. Once the members that
+/// stood aside from the stream are back in line (their last look is at most 640 ms after the
+/// one before, and the stream's end calls them back at once), nobody wakes: over a second of
+/// quiet, 3 s after the stream, the members' kernel wake-ups are 0 (read from /proc for each
+/// member thread).
+fn a_group_is_quiet_after_a_stream(backend: Backend) {
+    let run = Turns {
+        backend,
+        rotation: Rotation::Adaptive,
+        members: 8,
+        messages: 20_000,
+        gap: None,
+        settled: false,
+    };
+    let mut quiet = None;
+    let out = run.threads_with(|tx, acks, tids| {
+        for i in 0..run.messages {
+            write_msg(tx, i);
+        }
+        for _ in 0..run.messages {
+            acks.recv().unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(3)); // the looks and call-backs run out
+        let pid = std::process::id();
+        let switches = || -> u64 {
+            tids.iter()
+                .map(|&t| herdless_fixtures::counters::voluntary_switches_of(pid, t).unwrap())
+                .sum()
+        };
+        let before = switches();
+        std::thread::sleep(Duration::from_secs(1));
+        quiet = Some(switches() - before);
+    });
+    out.assert_exactly_once(run.messages);
+    let quiet = quiet.unwrap();
+    eprintln!("{backend:?}: a second of quiet after a stream: {quiet} kernel wake-ups");
+    assert_eq!(quiet, 0, "members woke in a quiet second after a stream");
+}
+
+/// Several exclusive descriptors in one group: 8 members each watch two pipes, and two
+/// producers stream 20 000 messages into each at once. Each pipe's turn is its own (natively
+/// each file has its word in the turn table, and a member stands aside from one pipe while it
+/// reads the other): every message of each pipe is read exactly once, and both streams end.
+fn two_streams_through_one_group(backend: Backend) {
+    const MEMBERS: usize = 8;
+    const MESSAGES: u64 = 20_000;
+    let group = herdless::Group::builder()
+        .backend(backend)
+        .max_members(MEMBERS)
+        .build()
+        .unwrap();
+    let ((r0, w0), (r1, w1)) = (pipe(), pipe());
+    let readers = [r0, r1];
+    let interest = herdless::Interest::READABLE
+        .exclusive()
+        .one_event_round_robin();
+    let (read_tx, read_rx) = std::sync::mpsc::channel::<(usize, u64)>();
+    std::thread::scope(|s| {
+        for _ in 0..MEMBERS {
+            let mut waiter = group.join().unwrap();
+            for (key, rx) in readers.iter().enumerate() {
+                waiter.add(rx, key, interest).unwrap();
+            }
+            let (read_tx, readers) = (read_tx.clone(), &readers);
+            s.spawn(move || {
+                let mut events = herdless::Events::with_capacity(1);
+                let mut ended = [false; 2];
+                while !ended.iter().all(|&e| e) {
+                    waiter.wait(&mut events, Some(WAIT_BOUND)).unwrap();
+                    let Some(key) = events.iter().map(|e| e.key).next() else {
+                        continue;
+                    };
+                    match read_msg(readers[key].as_raw_fd()) {
+                        Some(Some(id)) => {
+                            waiter.consumed(key).unwrap();
+                            read_tx.send((key, id)).unwrap();
+                        }
+                        Some(None) => {
+                            // This pipe's hang-up: out of its line, on with the other.
+                            ended[key] = true;
+                            waiter.delete(&readers[key]).unwrap();
+                        }
+                        None => waiter.found_nothing(key).unwrap(),
+                    }
+                }
+            });
+        }
+        drop(read_tx);
+        for tx in [w0, w1] {
+            s.spawn(move || {
+                for i in 0..MESSAGES {
+                    write_msg(tx.as_raw_fd(), i);
+                }
+                drop(tx); // the hang-up, once its messages are read
+            });
+        }
+        let mut seen = [vec![0u32; MESSAGES as usize], vec![0u32; MESSAGES as usize]];
+        for _ in 0..2 * MESSAGES {
+            let (key, id) = read_rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a stream stalled");
+            seen[key][id as usize] += 1;
+        }
+        for (key, seen) in seen.iter().enumerate() {
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "pipe {key}: not every message once"
+            );
+        }
+    });
+}
+
 /// The voluntary context switches of this process's reaped children so far.
 fn children_switches() -> u64 {
     // SAFETY: getrusage fills a live struct.
@@ -266,5 +378,7 @@ fn read_ack_within(fd: std::os::fd::RawFd, buf: &mut [u8; 12], limit: Duration) 
 every_backend!(
     a_stream_wakes_few_sleepers,
     turns_go_round_again_after_a_stream,
-    forked_members_read_a_stream_through_a_kill
+    forked_members_read_a_stream_through_a_kill,
+    a_group_is_quiet_after_a_stream,
+    two_streams_through_one_group
 );

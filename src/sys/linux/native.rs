@@ -605,7 +605,7 @@ impl NativeWaiter {
                 }
                 // A ring hands this member a turn: back into every line it stood aside from.
                 self.step_back_where_due(true)?;
-                noted |= self.take_handed_on(events, max, was_aside_from_stream);
+                noted |= self.take_handed_on(events, max, was_aside_from_stream)?;
             }
             if noted {
                 self.note_event();

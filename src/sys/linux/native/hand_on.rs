@@ -32,7 +32,9 @@ use std::time::Duration;
 
 use super::kernel::ctl;
 use super::{Claim, NativeWaiter};
+use crate::contract::Rotation;
 use crate::doorbell::Doorbells;
+use crate::error::Result;
 use crate::interest::Events;
 use crate::members::{first_in_ring, state};
 use crate::registry;
@@ -216,16 +218,16 @@ impl NativeWaiter {
         events: &mut Events,
         max: usize,
         was_aside_from_stream: bool,
-    ) -> bool {
+    ) -> Result<bool> {
         if events.len() >= max {
             // No room (one event per wait, and the kernel gave one): the bell stays rung and
             // readable, and the next wait looks.
-            return false;
+            return Ok(false);
         }
         self.bells.drain(self.me);
         // After the drain (a ring between a clear and the drain would be lost).
         let mark = self.shared.member(self.me).rung.swap(0, SeqCst);
-        let noted = self.look_handed_on(events, max);
+        let noted = self.look_handed_on(events, max)?;
         if mark & CALL_BACK != 0 && was_aside_from_stream {
             // The stream is over and this member was out of its line: the next one too.
             call_back_from_stream(&self.shared, &self.bells, self.me);
@@ -233,7 +235,7 @@ impl NativeWaiter {
         let slot = (mark & !CALL_BACK) >> SLOT_SHIFT;
         let by = mark & ((1 << SLOT_SHIFT) - 1);
         if by < RUNG_BY_MEMBER || by - RUNG_BY_MEMBER == self.me {
-            return noted;
+            return Ok(noted);
         }
         // Handed an exclusive event by this wait, from the kernel or the look?
         let took = self
@@ -263,13 +265,15 @@ impl NativeWaiter {
                 state::BUSY,
             );
         }
-        noted
+        Ok(noted)
     }
 
     /// `take_handed_on`'s look: the exclusive descriptors ready now and not handed out by this
     /// wait already go into `events` (up to `max` in all), with one zero-timeout `poll`.
-    /// Returns whether any was an event the group's stream hint counts (`hand_out`).
-    fn look_handed_on(&mut self, events: &mut Events, max: usize) -> bool {
+    /// Returns whether any was an event the group's stream hint counts (`hand_out`). A
+    /// descriptor in another member's live stream turn is not taken: the member stands aside
+    /// from it, as when the kernel reports it (`stream_aside.rs`).
+    fn look_handed_on(&mut self, events: &mut Events, max: usize) -> Result<bool> {
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.exclusive.len());
         for &fd in &self.exclusive {
             let reg = &self.registrations[&fd];
@@ -283,10 +287,10 @@ impl NativeWaiter {
             });
         }
         if fds.is_empty() {
-            return false;
+            return Ok(false);
         }
         if poll_now(&mut fds).unwrap_or(0) == 0 {
-            return false;
+            return Ok(false);
         }
         let mut any = false;
         for pfd in fds {
@@ -297,6 +301,13 @@ impl NativeWaiter {
             if pfd.revents & pfd.events == 0 {
                 continue;
             }
+            // In another member's stream turn: a ring for something else (a hand-on, a call
+            // back) gives no right to it. Taken, the turn's events went to two members while
+            // the member rung for the turn found none (at 500 waiters on a pipe, the members
+            // that lost their turns that way had a quarter to a half of their share).
+            if self.rotation == Rotation::Adaptive && self.aside_from_stream(pfd.fd)? {
+                continue;
+            }
             // Another member holds it (`claims.rs`): its holder hands on what is left. (Claimed
             // after another member's, it was found ready by this very look.)
             if self.claim(pfd.fd) == Claim::Held {
@@ -305,6 +316,6 @@ impl NativeWaiter {
             // poll's bits are epoll's (POLLIN = EPOLLIN, POLLOUT = EPOLLOUT, ...).
             any |= self.hand_out(pfd.fd, pfd.revents as u16 as u32, events);
         }
-        any
+        Ok(any)
     }
 }

@@ -363,7 +363,7 @@ impl NativeWaiter {
             self.rotation,
             reg.handed,
             stream,
-            |batch| self.ahead_of_share(batch),
+            || self.lead_over_share(),
             || self.ready_now(fd, reg.interest),
         );
         if !due {
@@ -396,16 +396,18 @@ impl NativeWaiter {
         .map(|()| true)
     }
 
-    /// In a stream: has this member been handed more than its share of the group's events (the
-    /// group's count over its member slots) by half a turn or more? Then its turn ends now, so
-    /// that turns of up to `batch` events stay even over a run (at 500 waiters on a pipe, Jain
-    /// 0.986 with fixed turns of 96, 0.996 with this rule). A hint, erring towards turns: slots
-    /// of members gone, or of members not on this descriptor, lower the share, and a member
-    /// ahead of it only rotates sooner, never later.
-    fn ahead_of_share(&self, batch: u32) -> bool {
+    /// In a stream: by how many events is this member ahead of its share of the group's events
+    /// (the group's count over its member slots; negative: behind it)? A member ahead by more
+    /// than half a turn ends its turn now (at 500 waiters on a pipe, Jain 0.986 with fixed
+    /// turns of 96, 0.996 with this rule); one behind by as much takes its turn on until it
+    /// has caught up, up to `turn::CATCH_UP` turns (`turn::ends`). A hint: slots of members
+    /// gone, or of members not on this descriptor, lower the share (a member of a descriptor
+    /// few members watch is ahead of it, and rotates sooner); a member of a descriptor whose
+    /// events are slower than the group's others' is behind it, and takes longer turns.
+    fn lead_over_share(&self) -> i64 {
         let members = u64::from(self.shared.high().max(1));
         let share = NativeHints::of(&self.shared).stream.handed.load(SeqCst) / members;
-        self.total_handed > share + u64::from(batch / 2)
+        self.total_handed as i64 - share as i64
     }
 
     fn set_handed(&mut self, fd: RawFd, handed: u32) {

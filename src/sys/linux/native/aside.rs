@@ -69,7 +69,7 @@ impl NativeWaiter {
                 e,
             ));
         }
-        if ring_idle_for_turn(&self.shared, &self.bells, self.me, None).is_none() {
+        if ring_idle_for_turn(&self.shared, &self.bells, self.me, None, &|_| {}).is_none() {
             return self.step_back(fd); // nobody to hand the turn to: the tail, as a rotation
         }
         if let Some(reg) = self.registrations.get_mut(&fd) {

@@ -233,7 +233,16 @@ impl NativeWaiter {
         let mut noted = false;
         while let Some((fd, flags)) = self.contested.pop() {
             if self.claim_when_released(fd) {
-                noted |= self.hand_out(fd, flags, events);
+                // The holder may have handed its stream turn on meanwhile: the file is then
+                // another member's, and this one stands aside (`stream_aside.rs`).
+                match self.aside_after_release(fd) {
+                    Ok(false) => noted |= self.hand_out(fd, flags, events),
+                    Ok(true) => {}
+                    Err(e) => {
+                        self.contested.clear();
+                        return Err(e);
+                    }
+                }
             } else if !self.nobody_to_hand_to() {
                 if let Err(e) = self.rotate(fd) {
                     self.contested.clear();
@@ -242,6 +251,25 @@ impl NativeWaiter {
             }
         }
         Ok(noted)
+    }
+
+    /// `take_contested`, the claim of `fd`'s file taken: is the file in another member's live
+    /// stream turn now (under `Rotation::Adaptive`)? Then the claim is given up and the member
+    /// stands aside from the file.
+    fn aside_after_release(&mut self, fd: RawFd) -> Result<bool> {
+        if self.rotation != Rotation::Adaptive {
+            return Ok(false);
+        }
+        let Some(reg) = self.registrations.get(&fd).copied() else {
+            return Ok(false);
+        };
+        if !self.aside_from_stream(fd)? {
+            return Ok(false);
+        }
+        if self.claims_events() {
+            release(&NativeHints::of(&self.shared), reg.file, self.me);
+        }
+        Ok(true)
     }
 
     /// Waits (at most `CLAIM_WAIT`) until the claim another member holds of `fd`'s file ends,

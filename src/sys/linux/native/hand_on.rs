@@ -56,7 +56,7 @@ pub(super) const BELL_DATA: u64 = u64::MAX - 1;
 /// it; returns whether it rang one. A rung member looks at its exclusive descriptors; one with
 /// its bell rung and not yet drained will look anyway.
 pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<u32>) -> bool {
-    ring_first_idle(shared, bells, except, RUNG).is_some()
+    ring_first_idle(shared, bells, except, RUNG, &|_| {}).is_some()
 }
 
 /// As `ring_idle`, for member `me` whose turn ended and who stands aside (`aside.rs`), or whose
@@ -64,26 +64,36 @@ pub(crate) fn ring_idle(shared: &SharedState, bells: &Doorbells, except: Option<
 /// the rung member knows who rang, and rings it back if it finds nothing to take (the ring was
 /// for a descriptor it does not have), so that the turn comes back to `me` rather than wait
 /// for `aside::ASIDE_BOUND`; rung for a stream's turn of a file it watches, it is back in that
-/// line and rings nobody back. Returns the member rung.
+/// line and rings nobody back. `before_ring` runs with the member chosen, after its slot is
+/// marked and before its bell rings (a stream's turn is named in the turn word there: a rung
+/// member that gave back a word not yet naming it would leave the turn to nobody). Returns the
+/// member rung.
 pub(super) fn ring_idle_for_turn(
     shared: &SharedState,
     bells: &Doorbells,
     me: u32,
     stream_slot: Option<u32>,
+    before_ring: &dyn Fn(u32),
 ) -> Option<u32> {
     let slot = stream_slot.map_or(0, |s| (s + 1) << SLOT_SHIFT);
-    ring_first_idle(shared, bells, Some(me), (RUNG_BY_MEMBER + me) | slot)
+    ring_first_idle(
+        shared,
+        bells,
+        Some(me),
+        (RUNG_BY_MEMBER + me) | slot,
+        before_ring,
+    )
 }
 
 /// Member `me`'s stream is over (`stream_aside.rs`): the first idle member is rung back into
 /// every line, and if it stood aside from a stream it rings the next one the same way.
 pub(super) fn call_back_from_stream(shared: &SharedState, bells: &Doorbells, me: u32) {
-    ring_first_idle(shared, bells, Some(me), RUNG | CALL_BACK);
+    ring_first_idle(shared, bells, Some(me), RUNG | CALL_BACK, &|_| {});
 }
 
 /// Rings member `m` (joined, inside its wait or not) to look at its descriptors.
 pub(super) fn ring_holder(shared: &SharedState, bells: &Doorbells, m: u32) -> bool {
-    ring_member(shared, bells, m, RUNG, state::BUSY)
+    ring_member(shared, bells, m, RUNG, state::BUSY, &|_| {})
 }
 
 /// A member slot's `rung` word: 0 (not rung), `RUNG` (rung), or `RUNG_BY_MEMBER + m` (rung by
@@ -99,11 +109,12 @@ fn ring_first_idle(
     bells: &Doorbells,
     except: Option<u32>,
     mark: u32,
+    before_ring: &dyn Fn(u32),
 ) -> Option<u32> {
     let high = shared.high();
     let cursor = &super::NativeHints::of(shared).ring_cursor;
     first_in_ring(high, cursor.load(SeqCst), |m| {
-        if Some(m) == except || !ring_member(shared, bells, m, mark, state::IDLE) {
+        if Some(m) == except || !ring_member(shared, bells, m, mark, state::IDLE, before_ring) {
             return None;
         }
         // A plain store: two ringers racing may leave it at either one's member, and either is
@@ -115,8 +126,16 @@ fn ring_first_idle(
 
 /// Rings member `m`'s bell, marking its slot `mark`, if it is in `when` (`state::IDLE`: inside
 /// its wait; `state::BUSY`: joined, inside its wait or not) and not rung already; returns
-/// whether it rang. A member rung outside its wait finds its bell readable at its next wait.
-fn ring_member(shared: &SharedState, bells: &Doorbells, m: u32, mark: u32, when: u32) -> bool {
+/// whether it rang (`before_ring` runs just before the bell does). A member rung outside its
+/// wait finds its bell readable at its next wait.
+fn ring_member(
+    shared: &SharedState,
+    bells: &Doorbells,
+    m: u32,
+    mark: u32,
+    when: u32,
+    before_ring: &dyn Fn(u32),
+) -> bool {
     let slot = shared.member(m);
     let life = slot.life();
     let state_ok = match when {
@@ -129,6 +148,7 @@ fn ring_member(shared: &SharedState, bells: &Doorbells, m: u32, mark: u32, when:
     if slot.rung.swap(mark, SeqCst) != 0 {
         return false; // another ringer came first
     }
+    before_ring(m);
     bells.ring(m, life.generation());
     true
 }
@@ -227,14 +247,30 @@ impl NativeWaiter {
         self.bells.drain(self.me);
         // After the drain (a ring between a clear and the drain would be lost).
         let mark = self.shared.member(self.me).rung.swap(0, SeqCst);
+        let slot = (mark & !CALL_BACK) >> SLOT_SHIFT;
+        let by = mark & ((1 << SLOT_SHIFT) - 1);
+        let for_turn = by >= RUNG_BY_MEMBER && by - RUNG_BY_MEMBER != self.me;
+        // Rung for a stream's turn of a file it watches: it is in that line now, and the turn
+        // is its own, if the member that rang read on meanwhile (`turns::arrive`).
+        let turn_of = (for_turn && slot != 0)
+            .then(|| {
+                self.exclusive.iter().find_map(|fd| {
+                    let reg = &self.registrations[fd];
+                    (super::turns::slot_index(reg.file) + 1 == slot).then_some(reg)
+                })
+            })
+            .flatten();
+        let in_line = turn_of.is_some();
+        if let Some(reg) = turn_of {
+            let hints = super::NativeHints::of(&self.shared);
+            super::turns::arrive(&hints, reg.file, reg.interest, self.me, by - RUNG_BY_MEMBER);
+        }
         let noted = self.look_handed_on(events, max)?;
         if mark & CALL_BACK != 0 && was_aside_from_stream {
             // The stream is over and this member was out of its line: the next one too.
             call_back_from_stream(&self.shared, &self.bells, self.me);
         }
-        let slot = (mark & !CALL_BACK) >> SLOT_SHIFT;
-        let by = mark & ((1 << SLOT_SHIFT) - 1);
-        if by < RUNG_BY_MEMBER || by - RUNG_BY_MEMBER == self.me {
+        if !for_turn {
             return Ok(noted);
         }
         // Handed an exclusive event by this wait, from the kernel or the look?
@@ -242,13 +278,6 @@ impl NativeWaiter {
             .exclusive
             .iter()
             .any(|fd| self.registrations[fd].outstanding);
-        // Rung for a stream's turn of a file it watches: it is in that line now, and the
-        // stream's next event wakes it.
-        let in_line = slot != 0
-            && self
-                .exclusive
-                .iter()
-                .any(|fd| super::turns::slot_index(self.registrations[fd].file) + 1 == slot);
         if !took && !in_line {
             // Rung for a turn this member could not take: back to the member who stands aside
             // (or, for a stream's turn, reads on: the turn is not this member's any more).
@@ -263,6 +292,7 @@ impl NativeWaiter {
                 by - RUNG_BY_MEMBER,
                 RUNG,
                 state::BUSY,
+                &|_| {},
             );
         }
         Ok(noted)

@@ -59,9 +59,12 @@ pub(super) fn look_after(looks: u32) -> Duration {
 }
 
 impl NativeWaiter {
-    /// The kernel reported the exclusive `fd` to this member: is it in another member's live
-    /// stream turn (then this member stands aside from it, and that member is rung)? Only under
-    /// `Rotation::Adaptive` in a stream.
+    /// The kernel (or a look of its own) reported the exclusive `fd` to this member: is it in
+    /// another member's live stream turn (then this member stands aside from it, and that
+    /// member is rung)? Only under `Rotation::Adaptive`. A live turn is the stream's sign
+    /// here, not the group's stream hint: turn words are written in a stream only, and the hint
+    /// may lapse for a moment inside one (a producer that pauses on a loaded machine), when a
+    /// member reading beside the holder would start a second chain of turns.
     pub(super) fn aside_from_stream(&mut self, fd: RawFd) -> Result<bool> {
         let Some(reg) = self.registrations.get(&fd).copied() else {
             return Ok(false);
@@ -70,9 +73,6 @@ impl NativeWaiter {
         let Some(holder) = holder(&hints, reg.file, reg.interest, self.me) else {
             return Ok(false);
         };
-        if self.stream_now().is_none() {
-            return Ok(false);
-        }
         self.stand_aside(fd, holder)?;
         Ok(true)
     }
@@ -89,17 +89,22 @@ impl NativeWaiter {
 
     /// The member's turn of the exclusive `fd` ended in a stream: the next idle member is rung
     /// for it and named in the turn word; this member stays in line until its next report of
-    /// the file, which then finds the turn the other's (`aside_from_stream`).
+    /// the file, which then finds the turn the other's (`aside_from_stream`). A turn that is
+    /// another member's already (handed on, or taken over, while this member read) is not
+    /// passed again: two chains of turns would cut each other's short.
     pub(super) fn pass_stream_turn(&mut self, fd: RawFd) {
         let Some(reg) = self.registrations.get(&fd).copied() else {
             return;
         };
-        let slot = slot_index(reg.file);
-        if let Some(next) =
-            super::hand_on::ring_idle_for_turn(&self.shared, &self.bells, self.me, Some(slot))
-        {
-            hand(&NativeHints::of(&self.shared), reg.file, reg.interest, next);
+        let hints = NativeHints::of(&self.shared);
+        if holder(&hints, reg.file, reg.interest, self.me).is_some() {
+            return; // another member's turn already: passed on without this member
         }
+        // Named in the word before its bell rings: rung for a file it does not watch, it gives
+        // the turn back (`hand_on::take_handed_on`), which it could not before the word named it.
+        let name = |next| hand(&hints, reg.file, reg.interest, next);
+        let slot = Some(slot_index(reg.file));
+        super::hand_on::ring_idle_for_turn(&self.shared, &self.bells, self.me, slot, &name);
     }
 
     /// The member leaves the line of the exclusive `fd` while a stream is member `holder`'s

@@ -17,11 +17,16 @@
 //!   (`aside.rs`), and rings that member (the report may have been the file's only wake-up,
 //!   the holder's entry never hearing of it); after one wake-up each, the members asleep are
 //!   out of the line and the holder reads alone, as one member does;
-//! - the holder's turn ends by the stream rule (`turn::ends`: about `STREAM_TURN`, or its lead
-//!   over its share); it rings the next idle member in ring order (`hand_on`) and names it in
-//!   the word, and stays in line: its next report of the file finds the turn the other's, and
-//!   it stands aside then, while the rung member steps back into the line and looks. A member
-//!   rung for a file it does not watch clears the word and rings the ringer back;
+//! - the holder's turn ends by the stream rule (`turn::ends`: about `STREAM_TURN`, sooner or
+//!   later by its lead over its share); it names the next idle member in ring order in the
+//!   word and rings it (`hand_on`), and stays in line: its next report of the file finds the
+//!   turn the other's, and it stands aside then, while the rung member steps back into the line
+//!   and looks. A member rung for a file it does not watch clears the word and rings the ringer
+//!   back. A handed turn stays live until its member takes an event of it or
+//!   `turns::HANDED_FRESH` passes, and the rung member takes it back if its ringer read on
+//!   meanwhile (`turns::arrive`). Only the member the word names passes a turn on, and a member
+//!   the word does not name stands aside however it learnt of the file (the kernel, a ring, a
+//!   contested event): one chain of turns;
 //! - with one member reading, events no longer overlap (the stream hint's first sign): an event
 //!   already there when a member comes back to `wait` (its first, zero-timeout look finds it)
 //!   came while it held the last one, and counts as an overlap;

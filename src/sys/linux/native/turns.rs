@@ -84,7 +84,7 @@ pub(super) fn note(hints: &NativeHints<'_>, file: FileId, interest: Interest, me
     let (tag, now) = (tag(file, interest), clock());
     let old = w.load(SeqCst);
     let recent = now.wrapping_sub((old >> 32) as u32) < 8;
-    if read(old, tag, now) != Some(me) || !recent || old & (1 << 16) != 0 {
+    if read(old, tag, now) != Some(me) || !recent || old & HANDED != 0 {
         w.store(value(me, tag, now), SeqCst);
     }
 }

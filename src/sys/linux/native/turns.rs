@@ -17,8 +17,8 @@ use crate::interest::Interest;
 use crate::registry::FileId;
 use crate::sys::unix::monotonic_ns;
 
-/// A stream's turn whose member took an event of its file this recently is live. A stream's events come closer than `turn::STREAM_GAP` apart; a
-/// member handed a turn is awake within tens of microseconds on this kind of machine.
+/// A stream's turn whose member took an event of its file this recently is live: a stream's
+/// events come closer than `turn::STREAM_GAP` apart.
 pub(super) const FRESH: Duration = Duration::from_micros(100);
 
 /// A turn handed to a member that has taken no event of it yet is live this long. The member
@@ -30,8 +30,8 @@ pub(super) const HANDED_FRESH: Duration = Duration::from_millis(2);
 
 // A word of the turn table (`hints::Fixed::turns`): bits 0..16: the member + 1 (0: none; at
 // most `MAX_MEMBERS_LIMIT` members), bit 16: `HANDED` (handed to the member, who has taken no
-// event of it yet), bits 17..32: the file's tag, bits 32..64: the clock in
-// units of 1 024 ns, wrapping (a turn older than `FRESH` is dead, whatever the wrap).
+// event of it yet), bits 17..32: the file's tag, bits 32..64: the clock in units of 1 024 ns,
+// wrapping (a turn older than `FRESH`, or `HANDED_FRESH`, is dead, whatever the wrap).
 const MEMBER_BITS: u64 = 0xFFFF;
 const HANDED: u64 = 1 << 16;
 const TAG_SHIFT: u32 = 17;

@@ -48,6 +48,7 @@ mod kernel_wait;
 mod other_unix;
 pub(crate) mod poller;
 mod protocol;
+mod quick_watch;
 mod registrations;
 mod wait;
 #[cfg(all(windows, not(loom)))]
@@ -224,6 +225,11 @@ pub(crate) struct EmulatedWaiter {
     pending: VecDeque<Pending>,
     /// Kernel waits so far (for `Pending::found_by`).
     polls: u64,
+    /// How long this member's watches of a free source last (`quick_watch`).
+    quick_watch: quick_watch::QuickWatch,
+    /// Does this member lead a source nobody holds, and watch it (as `match_poller` last
+    /// found)?
+    watching_free: bool,
     /// `serve_pending`'s list for poll(2), kept to save an allocation per wait.
     #[cfg(unix)]
     pollfds: Vec<libc::pollfd>,
@@ -284,6 +290,8 @@ impl EmulatedWaiter {
             candidates: Vec::new(),
             pending: VecDeque::new(),
             polls: 0,
+            quick_watch: quick_watch::QuickWatch::default(),
+            watching_free: false,
             #[cfg(unix)]
             pollfds: Vec::new(),
             changes: Vec::new(),

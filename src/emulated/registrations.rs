@@ -151,6 +151,7 @@ impl EmulatedWaiter {
         self.forget_closed_sockets(tk);
         let me = self.me;
         let mut changes = std::mem::take(&mut self.changes);
+        let mut watching = false;
         for &fd in &self.exclusive_fds {
             let Some(reg) = self.registrations.get_mut(&fd) else {
                 continue;
@@ -186,7 +187,9 @@ impl EmulatedWaiter {
             if want != reg.in_poller {
                 changes.push((fd, want));
             }
+            watching |= want;
         }
+        self.watching_free = watching;
         let stale = std::mem::take(&mut self.stale);
         for &fd in &stale {
             self.forget(tk, fd);

@@ -14,7 +14,7 @@ use super::hand_out::{ready_now, still_ready};
 use super::protocol::{
     Now, Spin, ACTIVE_WINDOW, LIVENESS_CHECK, QUICK_RETURN, SLOW_RETURNS, TAKE_BOUND,
 };
-use super::{EmulatedWaiter, Protocol};
+use super::{quick_watch, EmulatedWaiter, Protocol};
 use crate::contract::Rotation;
 use crate::error::{Error, RawSource, Result};
 use crate::interest::Events;
@@ -228,6 +228,8 @@ impl EmulatedWaiter {
             return Err(crate::members::lost_slot(tk.shared));
         }
         let result = self.wait_idle(tk, events, deadline);
+        // A watch the wait ended without its event lasted at least this long (`quick_watch`).
+        self.quick_watch.stop();
         // Going busy: pass on every token this member has, so the group keeps listening (but
         // the one of a turn it goes on with, see `token_at_busy`), and go to the back of the
         // lines where it is due.
@@ -559,7 +561,17 @@ impl EmulatedWaiter {
         if slot.rung.load(SeqCst) != 0 {
             slot.rung.swap(0, SeqCst);
         }
-        if let Err(e) = self.raw_events.wait(&self.poller, pass.timeout) {
+        // Leading a free source: a watch, looked for awake first if this member's watches end
+        // quickly (`quick_watch`; not right after a vain spin).
+        let watching = pass.timeout != Some(Duration::ZERO) && self.watching_free;
+        if watching {
+            self.quick_watch.start();
+        }
+        let res = match spin && watching && self.quick_watch.pays() {
+            true => self.look_awake_then_wait(pass.timeout),
+            false => self.raw_events.wait(&self.poller, pass.timeout),
+        };
+        if let Err(e) = res {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return Err(Error::io("waiting in the member's poller", e));
             }
@@ -623,6 +635,9 @@ impl EmulatedWaiter {
             tk.drain_bell(self.me.slot);
         }
         let found_readiness = !self.pending.is_empty();
+        if self.quick_watch.is_on() && self.found_exclusive() {
+            self.quick_watch.found(); // a led source's event: the watch ended
+        }
         self.serve_pending(tk, events, limit);
         let notified = rung && slot.take_notified(self.membership.generation());
         if !events.is_empty() || notified {
@@ -660,6 +675,27 @@ impl EmulatedWaiter {
             slot.token_wakeups.add(1);
         }
         None // (the deadline, if it passed, ends the wait at the top of the next pass)
+    }
+
+    /// Looks for an event awake (`quick_watch::look_awake`), then, if none came, sleeps in
+    /// the kernel wait for what is left of `timeout`.
+    fn look_awake_then_wait(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let started = Instant::now();
+        if quick_watch::look_awake(&mut self.raw_events, &self.poller, timeout)? {
+            return Ok(());
+        }
+        let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
+        self.raw_events.wait(&self.poller, left)
+    }
+
+    /// Is an exclusive source's event among those queued to be handed out?
+    fn found_exclusive(&self) -> bool {
+        let exclusive = |fd| {
+            self.registrations
+                .get(fd)
+                .is_some_and(|r| r.source.is_some())
+        };
+        self.pending.iter().any(|p| exclusive(&p.fd))
     }
 
     /// Makes room in the kernel wait's buffer for every registered descriptor at once (and the

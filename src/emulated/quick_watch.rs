@@ -11,6 +11,8 @@
 //! `SAMPLE` timed), so that a quiet group, or one whose events come far apart, spins for nothing
 //! after a few waits and costs nothing more. The looks are the kernel wait's, the bell among
 //! what they see: a ring ends the spin as it ends a sleep, and the member goes on as if woken.
+//! Unix only: on Windows a ring is the poller's notify, which a zero-timeout wait consumes
+//! without an event to show for it.
 //! Measured (`herd rpc`, `herd mq`): `docs/lab.md`, "The emulated leader looks for the next
 //! event awake".
 

@@ -562,12 +562,13 @@ impl EmulatedWaiter {
             slot.rung.swap(0, SeqCst);
         }
         // Leading a free source: a watch, looked for awake first if this member's watches end
-        // quickly (`quick_watch`; not right after a vain spin).
+        // quickly (`quick_watch`; not right after a vain spin). Not on Windows, where a ring is
+        // the poller's notify, which a look without sleeping would take unseen.
         let watching = pass.timeout != Some(Duration::ZERO) && self.watching_free;
         if watching {
             self.quick_watch.start();
         }
-        let res = match spin && watching && self.quick_watch.pays() {
+        let res = match cfg!(unix) && spin && watching && self.quick_watch.pays() {
             true => self.look_awake_then_wait(pass.timeout),
             false => self.raw_events.wait(&self.poller, pass.timeout),
         };

@@ -12,7 +12,9 @@
 //! after a few waits and costs nothing more. The looks are the kernel wait's, the bell among
 //! what they see: a ring ends the spin as it ends a sleep, and the member goes on as if woken.
 //! Unix only: on Windows a ring is the poller's notify, which a zero-timeout wait consumes
-//! without an event to show for it.
+//! without an event to show for it. With no backlog behind the source, the leader that looks
+//! awake also rings the member next in line as its deputy, which spins for the token
+//! (`Protocol::wake_deputy_early`): the token then reaches a member that is running.
 //! Measured (`herd rpc`, `herd mq`): `docs/lab.md`, "The emulated leader looks for the next
 //! event awake".
 

@@ -569,7 +569,12 @@ impl EmulatedWaiter {
             self.quick_watch.start();
         }
         let res = match cfg!(unix) && spin && watching && self.quick_watch.pays() {
-            true => self.look_awake_then_wait(pass.timeout),
+            true => {
+                for &s in &self.sources {
+                    tk.wake_deputy_early(s, self.me); // the next member awake for the token
+                }
+                self.look_awake_then_wait(pass.timeout)
+            }
             false => self.raw_events.wait(&self.poller, pass.timeout),
         };
         if let Err(e) = res {

@@ -73,7 +73,11 @@ impl Protocol<'_> {
     /// (`EmulatedWaiter::token_at_busy`), and `pass` names the deputy.
     pub(crate) fn wake_deputy_early(&self, s: usize, me: Occupant) {
         let src = self.source(s);
-        if src.leader() != me || src.deputy() != NONE || self.has_backlog(s) {
+        if src.leader() != me
+            || !src.hold().is_free()
+            || src.deputy() != NONE
+            || self.has_backlog(s)
+        {
             return;
         }
         self.name_deputy(s, me.slot);

@@ -171,6 +171,10 @@ pub(crate) struct NativeWaiter {
     /// `hand_on_if_ready`).
     consumed_at: u64,
     quick: bool,
+    /// The member's time away from `wait` after a `consumed` (its work per event), a moving
+    /// average in ns (`turn::average_away`, at most `2 * turn::BUSY_AWAY`): a member that
+    /// works `turn::BUSY_AWAY` or longer per event ends its turn at each event (`end_turn`).
+    away_ns: u32,
     /// How many of its exclusive registrations the member stands aside from (`aside.rs`).
     aside: u32,
     /// If it stands aside from a stream (`stream_aside.rs`): how many times it has looked
@@ -226,6 +230,7 @@ impl NativeWaiter {
             ready_seen: std::cell::Cell::new(None),
             consumed_at: 0,
             quick: false,
+            away_ns: 0,
             aside: 0,
             stream_looks: None,
             pending_at_entry: false,
@@ -357,15 +362,17 @@ impl NativeWaiter {
         let stream = self.stream_batch(reg.mark);
         let stream = match self.rotation {
             Rotation::Every(_) => None,
+            Rotation::Adaptive if self.busy() => None,
             Rotation::Adaptive => stream,
         };
-        let due = turn::ends(
-            self.rotation,
-            reg.handed,
-            stream,
-            || self.lead_over_share(),
-            || self.ready_now(fd, reg.interest),
-        );
+        let due = (self.rotation == Rotation::Adaptive && self.busy())
+            || turn::ends(
+                self.rotation,
+                reg.handed,
+                stream,
+                || self.lead_over_share(),
+                || self.ready_now(fd, reg.interest),
+            );
         if !due {
             return Ok(true);
         }
@@ -386,7 +393,12 @@ impl NativeWaiter {
                 if over {
                     hand_on::call_back_from_stream(&self.shared, &self.bells, self.me);
                 }
-                self.pass_turn(fd)
+                let ahead =
+                    || self.lead_over_share() > i64::from(crate::contract::ADAPTIVE_BATCH / 2);
+                match self.busy() && !ahead() {
+                    true => self.rotate(fd),
+                    false => self.pass_turn(fd),
+                }
             }
             // Turns by count only move the entry: a member back in its wait first may take the
             // next event of a backlog itself (a ring per event cost strict turns twice the
@@ -404,7 +416,7 @@ impl NativeWaiter {
     /// gone, or of members not on this descriptor, lower the share (a member of a descriptor
     /// few members watch is ahead of it, and rotates sooner); a member of a descriptor whose
     /// events are slower than the group's others' is behind it, and takes longer turns.
-    fn lead_over_share(&self) -> i64 {
+    pub(super) fn lead_over_share(&self) -> i64 {
         let members = u64::from(self.shared.high().max(1));
         let share = NativeHints::of(&self.shared).stream.handed.load(SeqCst) / members;
         self.total_handed as i64 - share as i64
@@ -650,7 +662,7 @@ impl NativeWaiter {
                     hints.stream.overlap_at.store(reg.mark, SeqCst);
                 }
                 let (file, interest) = (reg.file, reg.interest);
-                if self.stream_now().is_some() {
+                if !self.busy() && self.stream_now().is_some() {
                     turns::note(&hints, file, interest, self.me);
                 }
             }

@@ -118,7 +118,10 @@ impl NativeWaiter {
             .collect();
         for fd in aside {
             let interest = self.registrations[&fd].interest;
-            if all || !registry::still_ready(fd, interest) {
+            // A member that works on its events stood aside for its lead over its share only
+            // (`end_turn`): it is back once the group caught up with it.
+            let caught_up = self.busy() && self.lead_over_share() <= 0;
+            if all || caught_up || !registry::still_ready(fd, interest) {
                 self.step_back(fd)?;
             }
         }

@@ -17,8 +17,9 @@
 //!   `backlog_batch` events (a backlog taken closer than `STREAM_GAP` apart is its stream) or
 //!   when the member is ahead of its share.
 //!
-//! Natively, a member that works on its events (`works`: away from its wait [`BUSY_AWAY`] or
-//! more per event) ends its turn at each event whatever the backlog or the stream.
+//! Natively, a member that works on its events (`Away`: away from its wait [`BUSY_AWAY`] or
+//! longer after each of its last few events) ends its turn at each event whatever the backlog
+//! or the stream.
 //!
 //! With nobody to hand the turn to, no backend rotates at all; each backend knows who waits,
 //! and asks this module only when someone does. The public description of the rule is
@@ -73,29 +74,54 @@ pub(crate) const SHARE_RULE_FROM: u32 = 4;
 /// loops: a member with 30-48 % of its share at the least, 61-75 % with this rule).
 pub(crate) const CATCH_UP: u32 = 3;
 
-/// `Rotation::Adaptive`: a member away from its wait this long per event on average works on
-/// its events, and its turn ends at each of them whatever the backlog or the stream: the next
-/// event goes to another member while it works. Longer batches pay off only when the events
-/// are quick to handle, where a hand-off would cost more than the event. (At 2 waiters with
-/// 10 µs of work per message on a pipe, a member that kept a stream's turn did all the work
-/// on one CPU: 12.8 µs per message against 6.0 with the turn ending at each event.)
+/// `Rotation::Adaptive`: a member away from its wait this long or longer after each of its
+/// last `AWAY_WINDOW` events (the shortest of them: a member preempted now and then on its way
+/// back is not working) works on its events, and natively its turn ends at each of them
+/// whatever the backlog or the stream: the next event goes to another member while it works.
+/// Longer turns pay off only for events quick to handle, where a hand-off costs more than the
+/// event. (At 2 waiters with 10 µs of work per message on a pipe, a member that kept a stream's
+/// turn did all the work on one CPU: 12.8 µs per message against 6.0 with the turn ending at
+/// each event, `docs/lab.md`.)
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's rule
 pub(crate) const BUSY_AWAY: Duration = Duration::from_micros(5);
 
-/// The moving average of a member's time away from its wait per event (`BUSY_AWAY`), 1/8
-/// weight, each absence counted as `2 * BUSY_AWAY` at most: a member preempted once on its way
-/// back (a loaded machine) does not count as working, one that works for `BUSY_AWAY` or more
-/// per event does within a dozen events.
+/// How many of a member's events `BUSY_AWAY` is judged on.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) fn average_away(average_ns: u64, away_ns: u64) -> u64 {
-    let cap = 2 * BUSY_AWAY.as_nanos() as u64;
-    average_ns - average_ns / 8 + away_ns.min(cap) / 8
+pub(crate) const AWAY_WINDOW: u8 = 8;
+
+/// A member's time away from its wait after its events, judged by windows of `AWAY_WINDOW`
+/// events: whether it works on them (`BUSY_AWAY`) by its last full window.
+#[derive(Debug, Clone, Copy, Default)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) struct Away {
+    /// The shortest absence of the window so far, in units of 128 ns (saturating: 8 ms).
+    shortest: u16,
+    /// Absences in the window so far.
+    seen: u8,
+    /// By the last full window: does the member work on its events?
+    works: bool,
 }
 
-/// Does a member whose average time away per event is `average_ns` work on its events?
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) fn works(average_ns: u64) -> bool {
-    average_ns >= BUSY_AWAY.as_nanos() as u64
+impl Away {
+    /// The member was away `ns` after an event.
+    pub(crate) fn note(&mut self, ns: u64) {
+        let units = u16::try_from(ns >> 7).unwrap_or(u16::MAX);
+        self.shortest = match self.seen {
+            0 => units,
+            _ => self.shortest.min(units),
+        };
+        self.seen += 1;
+        if self.seen >= AWAY_WINDOW {
+            self.works = u128::from(self.shortest) >= BUSY_AWAY.as_nanos() >> 7;
+            self.seen = 0;
+        }
+    }
+
+    /// Does the member work on its events (by its last full window)?
+    pub(crate) fn works(&self) -> bool {
+        self.works
+    }
 }
 
 /// `Every(n)`: is a member's turn over after it was handed `handed` events in a row? Never for
@@ -271,36 +297,31 @@ mod tests {
         assert!(goes_on_unasked(40, || unasked - 1));
     }
 
-    /// A member works on its events after a dozen events of `BUSY_AWAY` or more, not after one
-    /// long absence (a preemption), and stops working once its events are quick again.
+    /// A member works on its events once a whole window of them kept it away `BUSY_AWAY` or
+    /// longer, not for one long absence (a preemption), and stops once one is quick again.
     #[test]
-    fn a_member_works_after_a_dozen_long_absences_not_after_one() {
+    fn a_member_works_after_a_window_of_long_absences_not_after_one() {
         let busy = BUSY_AWAY.as_nanos() as u64;
-        let mut average = 0;
-        average = average_away(average, 10_000 * busy); // preempted once, for milliseconds
-        assert!(!works(average));
-        for _ in 0..40 {
-            average = average_away(average, 0);
+        let mut away = Away::default();
+        assert!(!away.works(), "a new member");
+        for i in 0..4 * u64::from(AWAY_WINDOW) {
+            // Preempted for milliseconds on one event in four.
+            away.note(if i % 4 == 0 { 10_000 * busy } else { 300 });
+            assert!(!away.works());
         }
-        assert!(!works(average));
-        let mut events = 0;
-        while !works(average) {
-            average = average_away(average, 2 * busy);
-            events += 1;
+        for _ in 0..AWAY_WINDOW - 1 {
+            away.note(busy);
         }
-        assert!((6..=12).contains(&events), "{events} events");
-        let mut events = 0;
-        while works(average) {
-            average = average_away(average, busy / 10);
-            events += 1;
+        assert!(!away.works(), "a window not full yet");
+        away.note(busy);
+        assert!(away.works(), "a full window of work");
+        away.note(u64::MAX); // an absence longer than the units hold
+        for _ in 0..AWAY_WINDOW - 2 {
+            away.note(2 * busy);
         }
-        assert!((1..=12).contains(&events), "{events} events");
-        // Exactly `BUSY_AWAY` per event, for long: a member that works.
-        let mut average = 0;
-        for _ in 0..200 {
-            average = average_away(average, busy + 8);
-        }
-        assert!(works(average));
+        assert!(away.works());
+        away.note(busy - 128); // (in units of 128 ns)
+        assert!(!away.works(), "one quick event in the window");
     }
 
     /// The public description of the rule (`Rotation`'s docs) and the README state the

@@ -171,10 +171,9 @@ pub(crate) struct NativeWaiter {
     /// `hand_on_if_ready`).
     consumed_at: u64,
     quick: bool,
-    /// The member's time away from `wait` after a `consumed` (its work per event), a moving
-    /// average in ns (`turn::average_away`, at most `2 * turn::BUSY_AWAY`): a member that
-    /// works `turn::BUSY_AWAY` or longer per event ends its turn at each event (`end_turn`).
-    away_ns: u32,
+    /// The member's time away from `wait` after each `consumed` (its work per event): a member
+    /// that works on its events ends its turn at each of them (`end_turn`, `turn::Away`).
+    away: turn::Away,
     /// How many of its exclusive registrations the member stands aside from (`aside.rs`).
     aside: u32,
     /// If it stands aside from a stream (`stream_aside.rs`): how many times it has looked
@@ -230,7 +229,7 @@ impl NativeWaiter {
             ready_seen: std::cell::Cell::new(None),
             consumed_at: 0,
             quick: false,
-            away_ns: 0,
+            away: turn::Away::default(),
             aside: 0,
             stream_looks: None,
             pending_at_entry: false,
@@ -393,9 +392,7 @@ impl NativeWaiter {
                 if over {
                     hand_on::call_back_from_stream(&self.shared, &self.bells, self.me);
                 }
-                let ahead =
-                    || self.lead_over_share() > i64::from(crate::contract::ADAPTIVE_BATCH / 2);
-                match self.busy() && !ahead() {
+                match self.busy() && !self.stands_aside_for_its_lead() {
                     true => self.rotate(fd),
                     false => self.pass_turn(fd),
                 }

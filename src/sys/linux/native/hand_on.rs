@@ -201,7 +201,7 @@ impl NativeWaiter {
 
     /// Does the member work on its events (`turn::BUSY_AWAY`)?
     pub(super) fn busy(&self) -> bool {
-        crate::turn::works(self.away_ns.into())
+        self.away.works()
     }
 
     /// The member is back in `wait`: was it away (since its last `consumed`) less than `QUICK`?
@@ -209,8 +209,7 @@ impl NativeWaiter {
         if self.consumed_at != 0 {
             let away = monotonic_ns().saturating_sub(self.consumed_at);
             self.quick = away < QUICK.as_nanos() as u64;
-            // At most `2 * BUSY_AWAY`: fits.
-            self.away_ns = crate::turn::average_away(self.away_ns.into(), away) as u32;
+            self.away.note(away);
             self.consumed_at = 0;
         }
     }

@@ -159,4 +159,17 @@ impl<'a> NativeHints<'a> {
         let words = (high as usize).div_ceil(64).min(self.waiting.len());
         self.waiting[..words].iter().any(|w| w.load(SeqCst) != 0)
     }
+
+    /// Are at least `n` members inside their kernel wait (of the first `high` slots)?
+    pub(super) fn at_least_waiting(&self, high: u32, n: u32) -> bool {
+        let words = (high as usize).div_ceil(64).min(self.waiting.len());
+        let mut count = 0;
+        for w in &self.waiting[..words] {
+            count += w.load(SeqCst).count_ones();
+            if count >= n {
+                return true;
+            }
+        }
+        false
+    }
 }

@@ -85,6 +85,14 @@ pub(crate) const CATCH_UP: u32 = 3;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's rule
 pub(crate) const BUSY_AWAY: Duration = Duration::from_micros(5);
 
+/// The emulation's `BUSY_AWAY`: a member away this long or longer after each of its last
+/// `AWAY_WINDOW` events passes the token as it goes busy, whatever the backlog or the stream,
+/// so that the next member watches the source while it works. A token handed on costs a ring
+/// and a wake-up of the next member, which at two members and 10 µs of work per message cost
+/// more than the work it shared (a pipe's message 7.7–18.8 µs with the token passed, 13 µs
+/// with it kept); from 20 µs of work on, passing it halves the time at two members (`docs/lab.md`).
+pub(crate) const TOKEN_BUSY_AWAY: Duration = Duration::from_micros(15);
+
 /// How many of a member's events `BUSY_AWAY` is judged on.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const AWAY_WINDOW: u8 = 8;
@@ -100,6 +108,8 @@ pub(crate) struct Away {
     seen: u8,
     /// By the last full window: does the member work on its events?
     works: bool,
+    /// The shortest absence of the last full window, in the units of `shortest`.
+    last_shortest: u16,
 }
 
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -114,6 +124,7 @@ impl Away {
         self.seen += 1;
         if self.seen >= AWAY_WINDOW {
             self.works = u128::from(self.shortest) >= BUSY_AWAY.as_nanos() >> 7;
+            self.last_shortest = self.shortest;
             self.seen = 0;
         }
     }
@@ -121,6 +132,12 @@ impl Away {
     /// Does the member work on its events (by its last full window)?
     pub(crate) fn works(&self) -> bool {
         self.works
+    }
+
+    /// Was the member away `at_least` (`BUSY_AWAY` or longer) after each event of its last
+    /// full window?
+    pub(crate) fn works_for(&self, at_least: Duration) -> bool {
+        self.works && u128::from(self.last_shortest) >= at_least.as_nanos() >> 7
     }
 }
 
@@ -322,6 +339,16 @@ mod tests {
         assert!(away.works());
         away.note(busy - 128); // (in units of 128 ns)
         assert!(!away.works(), "one quick event in the window");
+        // The emulation's longer bound.
+        let token = TOKEN_BUSY_AWAY.as_nanos() as u64;
+        for _ in 0..AWAY_WINDOW {
+            away.note(token - 128);
+        }
+        assert!(away.works() && !away.works_for(TOKEN_BUSY_AWAY));
+        for _ in 0..AWAY_WINDOW {
+            away.note(token);
+        }
+        assert!(away.works_for(TOKEN_BUSY_AWAY));
     }
 
     /// The public description of the rule (`Rotation`'s docs) and the README state the

@@ -17,9 +17,9 @@
 //!   `backlog_batch` events (a backlog taken closer than `STREAM_GAP` apart is its stream) or
 //!   when the member is ahead of its share.
 //!
-//! Natively, a member that works on its events (`Away`: away from its wait [`BUSY_AWAY`] or
-//! longer after each of its last few events) ends its turn at each event whatever the backlog
-//! or the stream.
+//! A member that works on its events (`Away`: away from its wait [`BUSY_AWAY`] or longer after
+//! each of its last few events natively, [`TOKEN_BUSY_AWAY`] emulated) ends its turn at each
+//! event whatever the backlog or the stream.
 //!
 //! With nobody to hand the turn to, no backend rotates at all; each backend knows who waits,
 //! and asks this module only when someone does. The public description of the rule is
@@ -381,6 +381,16 @@ mod tests {
         assert!(
             contract.contains(&busy),
             "contract.rs does not say {busy:?}"
+        );
+        let token = format!("{} µs or more", TOKEN_BUSY_AWAY.as_micros());
+        assert!(
+            contract.contains(&token),
+            "contract.rs does not say {token:?}"
+        );
+        let window = format!("last {AWAY_WINDOW} absences");
+        assert!(
+            contract.contains(&window),
+            "contract.rs does not say {window:?}"
         );
         let batch = format!("pub const ADAPTIVE_BATCH: u32 = {ADAPTIVE_BATCH};");
         assert!(contract.contains(&batch));

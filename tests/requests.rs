@@ -41,32 +41,70 @@ fn thread_cpu() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
-/// What one member did: calls served, and, for the member that stays, its waits and CPU time
-/// once the group was quiet.
+/// The quiet time is cut into windows this long, and a call's cost is its cost in the cheapest
+/// window: a look awake costs its 50 µs in every window, a burst of load elsewhere on the
+/// machine only in some.
+const WINDOW: Duration = Duration::from_millis(30);
+
+/// CPU time per call of a loop of calls, in the cheapest of its `WINDOW`s.
+#[derive(Debug)]
+struct CostPerCall {
+    started: Instant,
+    cpu: Duration,
+    calls: u32,
+    /// In the windows closed so far: all calls, and the cheapest window's cost per call.
+    total_calls: u32,
+    cheapest: Option<Duration>,
+}
+
+impl CostPerCall {
+    /// From now, on the calling thread.
+    fn start() -> CostPerCall {
+        CostPerCall {
+            started: Instant::now(),
+            cpu: thread_cpu(),
+            calls: 0,
+            total_calls: 0,
+            cheapest: None,
+        }
+    }
+
+    /// One more call ended (on the thread that started it).
+    fn call(&mut self) {
+        self.calls += 1;
+        if self.started.elapsed() >= WINDOW {
+            let per_call = thread_cpu().saturating_sub(self.cpu) / self.calls;
+            self.cheapest = Some(self.cheapest.map_or(per_call, |c| c.min(per_call)));
+            self.total_calls += self.calls;
+            (self.started, self.cpu, self.calls) = (Instant::now(), thread_cpu(), 0);
+        }
+    }
+}
+
+/// What one member did: calls served, and, for the member that stays, its waits and their CPU
+/// time once the group was quiet.
 #[derive(Debug, Default)]
 struct Member {
     served: u64,
-    quiet_waits: u32,
-    quiet_cpu: Duration,
+    quiet: Option<CostPerCall>,
 }
 
 /// `poll(2)` on a descriptor that never becomes ready, with the members' timeout, for `QUIET`:
 /// the CPU time of one such call.
-fn plain_poll_cost() -> Duration {
+fn plain_poll_cost() -> CostPerCall {
     let (never, _writer) = pipe();
     let mut pfd = libc::pollfd {
         fd: never.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
-    let (start, cpu) = (Instant::now(), thread_cpu());
-    let mut calls = 0;
+    let (start, mut cost) = (Instant::now(), CostPerCall::start());
     while start.elapsed() < QUIET {
         // SAFETY: polls one live pollfd.
         unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as libc::c_int) };
-        calls += 1;
+        cost.call();
     }
-    (thread_cpu() - cpu) / calls
+    cost
 }
 
 fn calls_one_at_a_time_then_quiet(backend: Backend) {
@@ -92,16 +130,16 @@ fn calls_one_at_a_time_then_quiet(backend: Backend) {
                 s.spawn(move || {
                     let mut me = Member::default();
                     let mut events = Events::with_capacity(2);
-                    let mut quiet_from = None;
+
                     loop {
                         waiter.wait(&mut events, Some(TICK)).unwrap();
                         if quiet.load(SeqCst) {
                             if i != 0 {
                                 break; // leaves: member 0 stays alone
                             }
-                            match quiet_from {
-                                None => quiet_from = Some(thread_cpu()),
-                                Some(_) => me.quiet_waits += 1,
+                            match &mut me.quiet {
+                                None => me.quiet = Some(CostPerCall::start()),
+                                Some(cost) => cost.call(),
                             }
                         }
                         let keys: Vec<usize> = events.iter().map(|e| e.key).collect();
@@ -119,9 +157,6 @@ fn calls_one_at_a_time_then_quiet(backend: Backend) {
                                 None => waiter.found_nothing(REQUEST).unwrap(),
                             }
                         }
-                    }
-                    if let Some(from) = quiet_from {
-                        me.quiet_cpu = thread_cpu().saturating_sub(from);
                     }
                     me
                 })
@@ -142,7 +177,7 @@ fn calls_one_at_a_time_then_quiet(backend: Backend) {
         let poll_cost = plain_poll_cost();
         drop(stop_tx);
         let members: Vec<Member> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        eprintln!("{backend:?}: {members:?}; a plain poll(2) of 1 ms costs {poll_cost:?}");
+        eprintln!("{backend:?}: {members:?}; a plain poll(2) of 1 ms: {poll_cost:?}");
         (members, poll_cost)
     });
     let served: Vec<u64> = members.iter().map(|m| m.served).collect();
@@ -160,13 +195,18 @@ fn calls_one_at_a_time_then_quiet(backend: Backend) {
     // Quiet: the last member's waits time out every millisecond. A kernel wait that times out
     // costs a few microseconds of CPU, more in a debug build (herdless's own code) or on a
     // loaded machine (the plain poll's cost too); a look awake adds 50 µs to every wait.
-    let last = &members[0];
+    let last = members[0]
+        .quiet
+        .as_ref()
+        .expect("member 0 stayed for the quiet time");
     assert!(
-        last.quiet_waits >= 10,
+        last.total_calls >= 10,
         "{backend:?}: only {} waits in {QUIET:?} of 1 ms timeouts",
-        last.quiet_waits
+        last.total_calls
     );
-    let per_wait = last.quiet_cpu / last.quiet_waits;
+    let (Some(per_wait), Some(poll_cost)) = (last.cheapest, poll_cost.cheapest) else {
+        panic!("{backend:?}: no whole window of quiet waits: {last:?}, {poll_cost:?}");
+    };
     assert!(
         per_wait < poll_cost * 2 + Duration::from_micros(25),
         "{backend:?}: {per_wait:?} of CPU per quiet wait, where a plain poll(2) costs \

@@ -30,15 +30,7 @@ const STOP: usize = 1;
 
 /// CPU time (user + system) of the calling thread so far.
 fn thread_cpu() -> Duration {
-    // SAFETY: rusage is plain data; getrusage fills it or fails.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid `who` and a pointer to a live rusage.
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
-        0
-    );
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
-    time(usage.ru_utime) + time(usage.ru_stime)
+    herdless_fixtures::counters::thread_cpu_time().expect("getrusage(RUSAGE_THREAD)")
 }
 
 /// The quiet time is cut into windows this long, and a call's cost is its cost in the cheapest

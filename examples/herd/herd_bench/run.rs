@@ -992,14 +992,7 @@ fn switches() -> u64 {
 /// `getrusage(RUSAGE_THREAD)`, which in a single-threaded waiter process (forked or exec'd) is
 /// the process's figure, as for the switches.
 fn cpu_ns() -> u64 {
-    // SAFETY: rusage is plain data; getrusage fills it or fails.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid `who` and a pointer to a live rusage.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-        return 0;
-    }
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
+    herdless_fixtures::counters::thread_cpu_time().map_or(0, |t| t.as_nanos() as u64)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every thread and process of the run.

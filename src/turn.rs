@@ -94,13 +94,11 @@ pub(crate) const BUSY_AWAY: Duration = Duration::from_micros(5);
 pub(crate) const TOKEN_BUSY_AWAY: Duration = Duration::from_micros(15);
 
 /// How many of a member's events `BUSY_AWAY` is judged on.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const AWAY_WINDOW: u8 = 8;
 
 /// A member's time away from its wait after its events, judged by windows of `AWAY_WINDOW`
 /// events: whether it works on them (`BUSY_AWAY`) by its last full window.
 #[derive(Debug, Clone, Copy, Default)]
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) struct Away {
     /// The shortest absence of the window so far, in units of 128 ns (saturating: 8 ms).
     shortest: u16,
@@ -112,7 +110,6 @@ pub(crate) struct Away {
     last_shortest: u16,
 }
 
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl Away {
     /// The member was away `ns` after an event.
     pub(crate) fn note(&mut self, ns: u64) {
@@ -130,6 +127,7 @@ impl Away {
     }
 
     /// Does the member work on its events (by its last full window)?
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's question
     pub(crate) fn works(&self) -> bool {
         self.works
     }

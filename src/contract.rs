@@ -42,13 +42,13 @@ pub enum Backend {
 /// as a stream, and in a stream taken closer than 10 µs apart it does not ask the descriptor
 /// (the turn ends by its length or the share rule; when such a stream stops, the next event is
 /// still the last member's); a member slow to come back to `wait` (four times in a row later
-/// than 100 µs after its wait returned) takes strict turns there. A member that works on its
-/// events ends its turn at each of them, backlog or stream, so that the next event goes to
-/// another member while it works: natively one away from `wait` 5 µs or more per event after
-/// its `consumed` (the shortest of its last 8 absences), which then stands aside only while it
-/// is ahead of its share with 4 or more members in their wait; emulated one away 15 µs or more
-/// per event after its wait returned (a hand-off of the token costs a ring and a wake-up, more
-/// than shorter work saves). With nobody to hand to (no
+/// than 100 µs after its wait returned) takes strict turns there. Natively, a member that works
+/// on its events (away from `wait` 5 µs or more per event after its `consumed`: the shortest of
+/// its last 8 absences) ends its turn at each of them, backlog or stream, so that the next event
+/// goes to another member while it works; it stands aside only while it is ahead of its share
+/// with 4 or more members in their wait. (The emulation keeps a stream's token through the work
+/// of a member quicker than 100 µs: there one member at a time takes a stream, work and all.)
+/// With nobody to hand to (no
 /// other member inside `wait`), no backend rotates at all. See `docs/internals.md`,
 /// "Rotation". (Both backends ask one module for this rule, `src/turn.rs`; a test there checks
 /// that these numbers are its own.)

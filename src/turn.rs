@@ -17,9 +17,9 @@
 //!   `backlog_batch` events (a backlog taken closer than `STREAM_GAP` apart is its stream) or
 //!   when the member is ahead of its share.
 //!
-//! A member that works on its events (`Away`: away from its wait [`BUSY_AWAY`] or longer after
-//! each of its last few events natively, [`TOKEN_BUSY_AWAY`] emulated) ends its turn at each
-//! event whatever the backlog or the stream.
+//! Natively, a member that works on its events (`Away`: away from its wait [`BUSY_AWAY`] or
+//! longer after each of its last few events) ends its turn at each event whatever the backlog
+//! or the stream.
 //!
 //! With nobody to hand the turn to, no backend rotates at all; each backend knows who waits,
 //! and asks this module only when someone does. The public description of the rule is
@@ -85,20 +85,14 @@ pub(crate) const CATCH_UP: u32 = 3;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's rule
 pub(crate) const BUSY_AWAY: Duration = Duration::from_micros(5);
 
-/// The emulation's `BUSY_AWAY`: a member away this long or longer after each of its last
-/// `AWAY_WINDOW` events passes the token as it goes busy, whatever the backlog or the stream,
-/// so that the next member watches the source while it works. A token handed on costs a ring
-/// and a wake-up of the next member, which at two members and 10 µs of work per message cost
-/// more than the work it shared (a pipe's message 7.7–18.8 µs with the token passed, 13 µs
-/// with it kept); from 20 µs of work on, passing it halves the time at two members (`docs/lab.md`).
-pub(crate) const TOKEN_BUSY_AWAY: Duration = Duration::from_micros(15);
-
 /// How many of a member's events `BUSY_AWAY` is judged on.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const AWAY_WINDOW: u8 = 8;
 
 /// A member's time away from its wait after its events, judged by windows of `AWAY_WINDOW`
 /// events: whether it works on them (`BUSY_AWAY`) by its last full window.
 #[derive(Debug, Clone, Copy, Default)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's measure
 pub(crate) struct Away {
     /// The shortest absence of the window so far, in units of 128 ns (saturating: 8 ms).
     shortest: u16,
@@ -106,10 +100,9 @@ pub(crate) struct Away {
     seen: u8,
     /// By the last full window: does the member work on its events?
     works: bool,
-    /// The shortest absence of the last full window, in the units of `shortest`.
-    last_shortest: u16,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl Away {
     /// The member was away `ns` after an event.
     pub(crate) fn note(&mut self, ns: u64) {
@@ -121,21 +114,13 @@ impl Away {
         self.seen += 1;
         if self.seen >= AWAY_WINDOW {
             self.works = u128::from(self.shortest) >= BUSY_AWAY.as_nanos() >> 7;
-            self.last_shortest = self.shortest;
             self.seen = 0;
         }
     }
 
     /// Does the member work on its events (by its last full window)?
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's question
     pub(crate) fn works(&self) -> bool {
         self.works
-    }
-
-    /// Was the member away `at_least` (`BUSY_AWAY` or longer) after each event of its last
-    /// full window?
-    pub(crate) fn works_for(&self, at_least: Duration) -> bool {
-        self.works && u128::from(self.last_shortest) >= at_least.as_nanos() >> 7
     }
 }
 
@@ -337,16 +322,6 @@ mod tests {
         assert!(away.works());
         away.note(busy - 128); // (in units of 128 ns)
         assert!(!away.works(), "one quick event in the window");
-        // The emulation's longer bound.
-        let token = TOKEN_BUSY_AWAY.as_nanos() as u64;
-        for _ in 0..AWAY_WINDOW {
-            away.note(token - 128);
-        }
-        assert!(away.works() && !away.works_for(TOKEN_BUSY_AWAY));
-        for _ in 0..AWAY_WINDOW {
-            away.note(token);
-        }
-        assert!(away.works_for(TOKEN_BUSY_AWAY));
     }
 
     /// The public description of the rule (`Rotation`'s docs) and the README state the
@@ -379,11 +354,6 @@ mod tests {
         assert!(
             contract.contains(&busy),
             "contract.rs does not say {busy:?}"
-        );
-        let token = format!("{} µs or more", TOKEN_BUSY_AWAY.as_micros());
-        assert!(
-            contract.contains(&token),
-            "contract.rs does not say {token:?}"
         );
         let window = format!("last {AWAY_WINDOW} absences");
         assert!(

@@ -214,9 +214,6 @@ pub(crate) struct EmulatedWaiter {
     /// after that return (`token_at_busy`: `SLOW_RETURNS` in a row and it is slow; it starts
     /// slow, until it has shown otherwise).
     slow_in_a_row: u32,
-    /// Its time away from `wait` after each return with exclusive events: a member that works
-    /// on its events (`turn::Away`) passes the token as it goes busy (`token_at_busy`).
-    away: crate::turn::Away,
     /// The shared source slots of this member's exclusive registrations.
     sources: Vec<usize>,
     /// The descriptors of those registrations (so that a wait's cost does not grow with the
@@ -287,7 +284,6 @@ impl EmulatedWaiter {
             returned_ns: 0,
             wait_started_ns: 0,
             slow_in_a_row: SLOW_RETURNS,
-            away: crate::turn::Away::default(),
             sources: Vec::new(),
             exclusive_fds: Vec::new(),
             raw_events: RawEvents::new(),

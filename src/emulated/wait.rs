@@ -140,9 +140,7 @@ impl EmulatedWaiter {
     ///   once in its last `SLOW_RETURNS` (`slow_in_a_row`), so the source waits for it
     ///   microseconds, not the length of its work. Under `Adaptive` a slow member ends its turn
     ///   now instead (`EndTurn`): batches pay only for quick members, and the next member
-    ///   serves the backlog meanwhile. So does, under `Adaptive`, a member that works on its
-    ///   events (away `turn::TOKEN_BUSY_AWAY` or longer after each of its last few: `turn::Away`),
-    ///   quick or not: the next member reads while it works;
+    ///   serves the backlog meanwhile;
     /// - it is in a batch (its second event of the turn or later, or the source has a backlog);
     /// - another member checks on it (the watcher, set when the token last moved, which plans
     ///   its sleeps with a timer while the source is active, and is rung when a turn's first
@@ -163,9 +161,6 @@ impl EmulatedWaiter {
                 Rotation::Adaptive => AtBusy::EndTurn,
                 Rotation::Every(_) => AtBusy::Pass,
             };
-        }
-        if tk.rotation == Rotation::Adaptive && self.away.works_for(crate::turn::TOKEN_BUSY_AWAY) {
-            return AtBusy::EndTurn;
         }
         let handed = self
             .registrations
@@ -204,7 +199,6 @@ impl EmulatedWaiter {
                 true => 0,
                 false => self.slow_in_a_row.saturating_add(1),
             };
-            self.away.note(away);
             self.returned_ns = 0;
         }
         // Coming back to wait: what was handed out last time has been consumed; what the

@@ -49,6 +49,8 @@ fn members_at_work_read_side_by_side(backend: Backend) {
     let at_work = AtomicU32::new(0);
     let beside = AtomicU64::new(0);
     let read = AtomicU64::new(0);
+    // The member that reads the last message says so.
+    let (all_read, all_read_rx) = std::sync::mpsc::channel::<()>();
     let served: Vec<u64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..MEMBERS)
             .map(|_| {
@@ -56,6 +58,7 @@ fn members_at_work_read_side_by_side(backend: Backend) {
                 waiter.add(&data_rx, DATA, shared).unwrap();
                 waiter.add(&stop_rx, STOP, Interest::READABLE).unwrap();
                 let (data, at_work, beside, read) = (data_rx.as_raw_fd(), &at_work, &beside, &read);
+                let all_read = all_read.clone();
                 s.spawn(move || {
                     let mut events = Events::with_capacity(2);
                     let mut served = 0u64;
@@ -67,7 +70,9 @@ fn members_at_work_read_side_by_side(backend: Backend) {
                                 Some(Some(_)) => {
                                     waiter.consumed(DATA).unwrap();
                                     served += 1;
-                                    read.fetch_add(1, SeqCst);
+                                    if read.fetch_add(1, SeqCst) + 1 == MESSAGES {
+                                        all_read.send(()).unwrap();
+                                    }
                                     if at_work.fetch_add(1, SeqCst) > 0 {
                                         beside.fetch_add(1, SeqCst);
                                     }
@@ -88,9 +93,7 @@ fn members_at_work_read_side_by_side(backend: Backend) {
         for id in 0..MESSAGES {
             write_msg(data_tx.as_raw_fd(), id);
         }
-        while read.load(SeqCst) < MESSAGES {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        all_read_rx.recv().unwrap();
         drop(stop_tx);
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });

@@ -55,6 +55,26 @@ pub(crate) const STREAM_TURN: Duration = Duration::from_micros(300);
 /// The most events of a turn in a stream.
 pub(crate) const STREAM_BATCH: u32 = 96;
 
+/// Natively, how long the member that handed a stream's turn on reads on, at the stream's
+/// pace and at most a quarter of `STREAM_BATCH` events, until the member it rang takes an event:
+/// that member's wake-up (a cold thread's, often on the other CPU) takes 20 to 40 µs here, and
+/// a stream left unread meanwhile cost 2 members on a pipe a third more time than one member
+/// alone (`docs/lab.md`, "Reading on while the next member wakes").
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native backend's rule
+pub(crate) const READ_ON_FOR: Duration = Duration::from_micros(24);
+
+/// The most events a member reads on (see `READ_ON_FOR`): more took Jain's index at 500
+/// waiters on a pipe below 0.99.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) const READ_ON_MOST: u32 = STREAM_BATCH / 4;
+
+/// Natively, how many events a member reads on after handing a stream's turn on, its events
+/// `gap_ns` apart (`READ_ON_FOR`, `READ_ON_MOST`).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn read_on(gap_ns: u64) -> u32 {
+    (READ_ON_FOR.as_nanos() as u64 / gap_ns.max(1)).min(u64::from(READ_ON_MOST)) as u32
+}
+
 /// Natively, the fewest events of a stream's turn before the share rule may end it. The native
 /// share is the group's (its events over its member slots), not the descriptor's, and a turn
 /// that ends under a backlog is handed on with a ring: a member of a descriptor that few of the

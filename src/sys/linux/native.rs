@@ -182,6 +182,9 @@ pub(crate) struct NativeWaiter {
     /// Did this kernel wait find its events there already, with no sleep (they came while the
     /// member held its last one: `stream_aside.rs`)?
     pending_at_entry: bool,
+    /// The stream turn this member handed on and reads on until its new member takes it
+    /// (`stream_aside.rs`).
+    reading_on: Option<stream_aside::ReadingOn>,
     /// Whose death this member watches (`crate::ring`), and the pidfd in `epoll` it watches it
     /// by (`deaths.rs`); boxed, as it is looked at only when the group's roster changes.
     deaths: Box<deaths::Deaths>,
@@ -233,6 +236,7 @@ impl NativeWaiter {
             aside: 0,
             stream_looks: None,
             pending_at_entry: false,
+            reading_on: None,
             deaths: Box::default(),
         };
         waiter
@@ -659,7 +663,9 @@ impl NativeWaiter {
                     hints.stream.overlap_at.store(reg.mark, SeqCst);
                 }
                 let (file, interest) = (reg.file, reg.interest);
-                if !self.busy() && self.stream_now().is_some() {
+                // Reading on for the member the turn went to, the word stays that member's.
+                let reading_on = self.reading_on.is_some_and(|on| on.fd == fd);
+                if !reading_on && !self.busy() && self.stream_now().is_some() {
                     turns::note(&hints, file, interest, self.me);
                 }
             }

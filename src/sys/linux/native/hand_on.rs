@@ -250,6 +250,7 @@ impl NativeWaiter {
             // readable, and the next wait looks.
             return Ok(false);
         }
+        self.reading_on = None; // rung: whatever it handed on before is behind it
         self.bells.drain(self.me);
         // After the drain (a ring between a clear and the drain would be lost).
         let mark = self.shared.member(self.me).rung.swap(0, SeqCst);

@@ -19,9 +19,12 @@
 //!   out of the line and the holder reads alone, as one member does;
 //! - the holder's turn ends by the stream rule (`turn::ends`: about `STREAM_TURN`, sooner or
 //!   later by its lead over its share); it names the next idle member in ring order in the
-//!   word and rings it (`hand_on`), and stays in line: its next report of the file finds the
-//!   turn the other's, and it stands aside then, while the rung member steps back into the line
-//!   and looks. A member rung for a file it does not watch clears the word and rings the ringer
+//!   word and rings it (`hand_on`), and stays in line: while the rung member wakes (tens of
+//!   microseconds for a cold thread) it reads on, for `turn::READ_ON_FOR` of the stream at
+//!   most, until the word says the rung member took an event (the events count towards the
+//!   share of the member that read them); its next report of the file then finds the turn the
+//!   other's, and it stands aside, while the rung member has stepped back into the line and
+//!   looked. A member rung for a file it does not watch clears the word and rings the ringer
 //!   back. A handed turn stays live until its member takes an event of it or
 //!   `turns::HANDED_FRESH` passes, and the rung member takes it back if its ringer read on
 //!   meanwhile (`turns::arrive`). Only the member the word names passes a turn on, and a member
@@ -42,20 +45,34 @@
 //! reap.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::hints::NativeHints;
 use super::kernel::ctl;
-use super::turns::{hand, holder, slot_index};
+use super::turns::{hand, handed, holder, slot_index};
 use super::NativeWaiter;
 use crate::error::{Error, Result};
 use crate::registry;
+use crate::turn;
 
 /// A member standing aside from a stream first looks whether the turn is still live this long
 /// after it stood aside (the emulation's `HOLD_BOUND`: a stopped holder is passed over as late
 /// there), then at twice the interval each time, up to `LAST_LOOK`.
 const FIRST_LOOK: Duration = Duration::from_millis(40);
 const LAST_LOOK: Duration = Duration::from_millis(640);
+
+/// A member that handed its stream turn of `fd` to member `to` reads on, at most `left` events
+/// more, until `to` takes an event of it (`aside_from_stream`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReadingOn {
+    /// The member rung for the turn.
+    pub(super) to: u32,
+    /// The descriptor whose turn it was.
+    pub(super) fd: RawFd,
+    /// Events this member may still read on.
+    left: u32,
+}
 
 /// The kernel wait's bound for a member that stands aside from a stream and has looked
 /// `looks` times already.
@@ -76,8 +93,18 @@ impl NativeWaiter {
         };
         let hints = NativeHints::of(&self.shared);
         let Some(holder) = holder(&hints, reg.file, reg.interest, self.me) else {
+            self.reading_on = None;
             return Ok(false);
         };
+        // Handed on by this member, and not taken yet: the member rung for it is on its way.
+        if let Some(on) = self.reading_on.as_mut() {
+            let waiting = on.to == holder && on.fd == fd && on.left > 0;
+            if waiting && handed(&hints, reg.file, reg.interest) {
+                on.left -= 1;
+                return Ok(false);
+            }
+        }
+        self.reading_on = None;
         self.stand_aside(fd, holder)?;
         Ok(true)
     }
@@ -93,10 +120,11 @@ impl NativeWaiter {
     }
 
     /// The member's turn of the exclusive `fd` ended in a stream: the next idle member is rung
-    /// for it and named in the turn word; this member stays in line until its next report of
-    /// the file, which then finds the turn the other's (`aside_from_stream`). A turn that is
-    /// another member's already (handed on, or taken over, while this member read) is not
-    /// passed again: two chains of turns would cut each other's short.
+    /// for it and named in the turn word, and this member reads on while that member wakes
+    /// (`turn::read_on` events at most, `aside_from_stream`); its first report of the file
+    /// after that finds the turn the other's. A turn that is another member's already (handed
+    /// on, or taken over, while this member read) is not passed again: two chains of turns
+    /// would cut each other's short.
     pub(super) fn pass_stream_turn(&mut self, fd: RawFd) {
         let Some(reg) = self.registrations.get(&fd).copied() else {
             return;
@@ -109,7 +137,10 @@ impl NativeWaiter {
         // the turn back (`hand_on::take_handed_on`), which it could not before the word named it.
         let name = |next| hand(&hints, reg.file, reg.interest, next);
         let slot = Some(slot_index(reg.file));
-        super::hand_on::ring_idle_for_turn(&self.shared, &self.bells, self.me, slot, &name);
+        let rung =
+            super::hand_on::ring_idle_for_turn(&self.shared, &self.bells, self.me, slot, &name);
+        let left = turn::read_on(hints.stream.gap_ns.load(SeqCst));
+        self.reading_on = rung.map(|to| ReadingOn { to, fd, left });
     }
 
     /// The member leaves the line of the exclusive `fd` while a stream is member `holder`'s

@@ -145,6 +145,12 @@ pub(super) fn end(hints: &NativeHints<'_>, file: FileId, interest: Interest, me:
     mine
 }
 
+/// Is the live stream turn of `file` handed to a member that has taken no event of it yet?
+pub(super) fn handed(hints: &NativeHints<'_>, file: FileId, interest: Interest) -> bool {
+    let value = word(hints, file).load(SeqCst);
+    value & HANDED != 0 && read(value, tag(file, interest), clock()).is_some()
+}
+
 /// The member other than `me` whose live stream turn of `file` it is, if any.
 pub(super) fn holder(
     hints: &NativeHints<'_>,

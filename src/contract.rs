@@ -34,7 +34,9 @@ pub enum Backend {
 /// also take longer batches in a *stream*, where handing each event to another thread would
 /// wake a cold thread per event: there a turn lasts about 300 µs (at most 96 events), and ends
 /// sooner for a member ahead of its share of the group's events (natively, a member behind it
-/// takes its turn on until it has caught up, up to three turns' events). Natively a stream is events
+/// takes its turn on until it has caught up, up to three turns' events; and the member whose
+/// turn ends reads on while the member it rang wakes, until that member takes an event, for
+/// 24 µs of the stream at most and at most 24 events). Natively a stream is events
 /// closer than 20 µs apart on average that overlap (a member was handed the next while another
 /// still held its own: a producer that does not wait for its readers); events that come one at
 /// a time never overlap, however close together: strict turns. The emulation, where one member

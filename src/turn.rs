@@ -347,6 +347,21 @@ mod tests {
     /// The public description of the rule (`Rotation`'s docs) and the README state the
     /// numbers this module uses: a change of one without the other fails here.
     #[test]
+    fn a_read_on_lasts_its_time_at_the_stream_s_pace_up_to_its_count() {
+        let for_ns = READ_ON_FOR.as_nanos() as u64;
+        // A queue's pace (4 µs apart): the time bounds it.
+        assert_eq!(read_on(4_000), (for_ns / 4_000) as u32);
+        assert!(read_on(4_000) < READ_ON_MOST);
+        // A pipe's pace (1 µs apart, or closer): the count does.
+        assert_eq!(read_on(1_000), READ_ON_MOST.min((for_ns / 1_000) as u32));
+        assert_eq!(read_on(100), READ_ON_MOST);
+        // No gap measured yet: the count.
+        assert_eq!(read_on(0), READ_ON_MOST);
+        // Events further apart than the bound: none.
+        assert_eq!(read_on(for_ns + 1), 0);
+    }
+
+    #[test]
     fn the_docs_state_the_rule_s_numbers() {
         let contract = include_str!("contract.rs");
         let readme = include_str!("../README.md");
@@ -374,6 +389,15 @@ mod tests {
         assert!(
             contract.contains(&busy),
             "contract.rs does not say {busy:?}"
+        );
+        let read_on = format!(
+            "{} µs of the stream at most and at most {} events",
+            READ_ON_FOR.as_micros(),
+            READ_ON_MOST
+        );
+        assert!(
+            contract.contains(&read_on),
+            "contract.rs does not say {read_on:?}"
         );
         let window = format!("last {AWAY_WINDOW} absences");
         assert!(

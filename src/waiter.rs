@@ -47,6 +47,8 @@ struct Core {
 }
 
 /// Where a waiter's backend half is, and who waits with it.
+// The half inline, as in `Engine`: every wait reaches it without a pointer to follow.
+#[allow(clippy::large_enum_variant)]
 enum Seat {
     /// With the waiter: the caller's thread waits in it.
     Here(Core),

@@ -344,8 +344,6 @@ mod tests {
         assert!(!away.works(), "one quick event in the window");
     }
 
-    /// The public description of the rule (`Rotation`'s docs) and the README state the
-    /// numbers this module uses: a change of one without the other fails here.
     #[test]
     fn a_read_on_lasts_its_time_at_the_stream_s_pace_up_to_its_count() {
         let for_ns = READ_ON_FOR.as_nanos() as u64;
@@ -361,6 +359,8 @@ mod tests {
         assert_eq!(read_on(for_ns + 1), 0);
     }
 
+    /// The public description of the rule (`Rotation`'s docs) and the README state the
+    /// numbers this module uses: a change of one without the other fails here.
     #[test]
     fn the_docs_state_the_rule_s_numbers() {
         let contract = include_str!("contract.rs");

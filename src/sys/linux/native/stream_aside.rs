@@ -67,7 +67,7 @@ const LAST_LOOK: Duration = Duration::from_millis(640);
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ReadingOn {
     /// The member rung for the turn.
-    pub(super) to: u32,
+    to: u32,
     /// The descriptor whose turn it was.
     pub(super) fd: RawFd,
     /// Events this member may still read on.

@@ -240,7 +240,8 @@ fn spawn_hand_off(w: &Arc<World>, hold: Option<Hold>) -> thread::JoinHandle<()> 
 #[test]
 fn a_token_passed_to_the_deputy_of_another_source_while_it_spins() {
     loom::model(|| {
-        let (busy, next, deputy) = (0, 1, 2);
+        // Member 0 leads both sources and holds source 0's event (`led_by_the_claimer`).
+        let (next, deputy) = (1, 2);
         let (w, hold) = led_by_the_claimer(|w| {
             w.source(1).set_member(next, false);
             w.source(0).force_backlog();

@@ -855,3 +855,37 @@ fn rpc_settings_are_checked_before_it_runs() {
     refused(&["rpc", "--servers", "0"], "--servers", "16384", false);
     refused(&["rpc", "--calls", "0"], "--calls", "1 call", false);
 }
+
+/// `herd ring` hands every message to the next thread in order: 300 messages over 3 threads
+/// are 100 each (Jain 1), in every row it ran (where the scheduler puts the threads, and
+/// pinned where the process may use two CPUs).
+#[test]
+fn the_ring_hands_every_message_on_in_turn() {
+    let out = Command::new(herd())
+        .args(["ring", "--waiters", "3", "--messages", "300"])
+        .output()
+        .expect("the herd example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| 3 |")).collect();
+    assert!(!rows.is_empty(), "{stdout}");
+    for row in rows {
+        assert!(row.contains("| 300 |"), "every message read: {row}");
+        assert!(row.ends_with("| 1.0000 |"), "100 each: {row}");
+    }
+}
+
+#[test]
+fn a_ring_of_no_thread_is_refused() {
+    let out = Command::new(herd())
+        .args(["ring", "--waiters", "0"])
+        .output()
+        .expect("the herd example runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--waiters 0") && stderr.contains("16384"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}

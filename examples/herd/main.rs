@@ -27,6 +27,8 @@ mod queue;
 #[cfg(target_os = "linux")]
 mod restart;
 #[cfg(target_os = "linux")]
+mod ring;
+#[cfg(target_os = "linux")]
 mod rpc;
 #[cfg(target_os = "linux")]
 mod soak;
@@ -77,6 +79,9 @@ enum Command {
     /// Request/response: one client thread calling N server processes through a shared POSIX
     /// service queue and its own reply queue, one call at a time, every mode side by side.
     Rpc(rpc::Args),
+    /// Strict turns by hand-off alone: a token ring of threads taking one message each from a
+    /// pipe (no epoll), where the scheduler puts them and pinned, the floor of `--rotate-every 1`.
+    Ring(ring::Args),
     /// Soak: exec'd servers on a named group and churning POSIX queues, killed, stopped and
     /// restarted every second, loaded and quiet; every request's fate counted.
     #[command(after_help = soak::DEFINITIONS)]
@@ -99,6 +104,7 @@ fn main() {
         Some(Command::Stress(args)) => stress::run(args),
         Some(Command::Restart(args)) => restart::run(args),
         Some(Command::Rpc(args)) => rpc::run(args),
+        Some(Command::Ring(args)) => ring::run(args),
         Some(Command::Soak(args)) => soak::run(args),
     };
     if let Err(e) = result {

@@ -80,7 +80,8 @@ enum Command {
     /// service queue and its own reply queue, one call at a time, every mode side by side.
     Rpc(rpc::Args),
     /// Strict turns by hand-off alone: a token ring of threads taking one message each from a
-    /// pipe (no epoll), where the scheduler puts them and pinned, the floor of `--rotate-every 1`.
+    /// pipe (no epoll), where the scheduler puts them, pinned, and woken a turn ahead; what
+    /// `--rotate-every 1` costs at the least.
     Ring(ring::Args),
     /// Soak: exec'd servers on a named group and churning POSIX queues, killed, stopped and
     /// restarted every second, loaded and quiet; every request's fate counted.

@@ -5,11 +5,13 @@
 //! is a hand-off to a thread that slept, which is what strict turns (`rotate_every(1)`) ask of
 //! any implementation; the producer is the herd benchmark's (8-byte ids, blocking writes).
 //!
-//! Each W runs twice: with the threads where the scheduler puts them, and pinned, the ring's
+//! Each W runs three ways: with the threads where the scheduler puts them; pinned, the ring's
 //! threads to one CPU and the producer to another, so that each hand-off is a switch on the
-//! same CPU instead of a wake-up of another. Set beside `herd pipe --rotate-every 1` (whose
-//! rows put the same hand-off on every message), the table shows how much of what strict turns
-//! cost is the hand-off itself on this machine.
+//! same CPU instead of a wake-up of another; and woken ahead, each hand-off also waking the
+//! thread after the next one, which spins (yielding its CPU) for its turn, up to `AHEAD_SPIN`,
+//! instead of sleeping (as herdless's emulation wakes its deputy). Set beside `herd pipe
+//! --rotate-every 1` (whose rows put the same hand-off on every message), the table shows how
+//! much of what strict turns cost is the hand-off itself on this machine.
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -20,6 +22,8 @@ use herdless_fixtures::{counters, jain, pipe, read_exact, write_all, Blocking};
 
 /// Marks the producer's last message: its reader ends the ring.
 const LAST: u64 = u64::MAX;
+/// How long a thread woken ahead of its turn spins for it before it sleeps.
+const AHEAD_SPIN: Duration = Duration::from_micros(200);
 /// How long the ring's threads get to start and fall asleep before the clock starts.
 const SETTLE: Duration = Duration::from_millis(300);
 
@@ -37,13 +41,16 @@ pub struct Args {
     time_cap: f64,
 }
 
-/// Where a row's threads run.
+/// Where a row's threads run, and how they wait for their turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
-    /// Where the scheduler puts them.
+    /// Where the scheduler puts them, asleep until their turn.
     Free,
-    /// The ring's threads on one CPU, the producer on another.
+    /// The ring's threads on one CPU, the producer on another, asleep until their turn.
     Pinned { ring: usize, producer: usize },
+    /// Where the scheduler puts them, the thread after the next one woken at each hand-off,
+    /// spinning for its turn.
+    Ahead,
 }
 
 struct Row {
@@ -72,6 +79,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }),
         _ => eprintln!("herd ring: SKIPPED the pinned rows: this process may run on one CPU only"),
     }
+    placements.push(Placement::Ahead);
     let mut rows = Vec::new();
     for &waiters in &args.waiters {
         for &placement in &placements {
@@ -110,6 +118,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 fn placement_name(p: Placement) -> String {
     match p {
         Placement::Free => "where the scheduler puts them".into(),
+        Placement::Ahead => "where the scheduler puts them, woken ahead, spinning".into(),
         Placement::Pinned { ring, producer } => {
             format!("ring pinned to CPU {ring}, producer to CPU {producer}")
         }
@@ -175,7 +184,7 @@ fn run_row(
     }
     let seconds = start.elapsed().as_secs_f64();
     let cpu_seconds = (process_cpu_time()? - cpu_before).as_secs_f64();
-    if placement != Placement::Free {
+    if let Placement::Pinned { .. } = placement {
         unpin()?;
     }
     Ok(Row {
@@ -207,7 +216,17 @@ fn take_turns(
     let before = counters::thread_voluntary_switches().unwrap_or(0);
     let mut read = 0;
     loop {
+        let mut spin_until = None;
         while turn.load(SeqCst) != me && !done.load(SeqCst) {
+            if placement == Placement::Ahead {
+                // Woken ahead (or at its turn): spins for the turn before it sleeps again.
+                let until = *spin_until.get_or_insert_with(|| Instant::now() + AHEAD_SPIN);
+                if Instant::now() < until {
+                    std::thread::yield_now();
+                    continue;
+                }
+                spin_until = None;
+            }
             std::thread::park();
         }
         if done.load(SeqCst) {
@@ -231,6 +250,9 @@ fn take_turns(
         let next = (me + 1) % threads.len();
         turn.store(next, SeqCst);
         threads[next].unpark();
+        if placement == Placement::Ahead {
+            threads[(me + 2) % threads.len()].unpark();
+        }
     }
     let after = counters::thread_voluntary_switches().unwrap_or(0);
     switches.fetch_add(after.saturating_sub(before), SeqCst);

@@ -154,9 +154,13 @@ fn run_row(
                 };
                 let result = take_turns(me, placement, threads, &turn, &done, &switches, read_fd);
                 if result.is_err() {
-                    // The ring is broken: every thread is let go (the row then fails).
+                    // The ring is broken: every thread is let go (the row then fails), and this
+                    // one reads what is left up to the last message, so that a producer blocked
+                    // on a full pipe gets to write it.
                     done.store(true, SeqCst);
                     threads.iter().for_each(std::thread::Thread::unpark);
+                    let mut id = [0u8; 8];
+                    while read_exact(read_fd, &mut id).is_ok() && u64::from_ne_bytes(id) != LAST {}
                 }
                 result
             })?;

@@ -59,26 +59,13 @@ fn messages_go_one_to_each(backend: Backend) {
 /// thread on `cpu`: the members and the producer share two CPUs, as on the 2-core machine
 /// where the race was found, whatever the machine.
 fn two_cpus() -> [usize; 2] {
-    // SAFETY: cpu_set_t is plain data, filled by sched_getaffinity for this thread.
-    let allowed: Vec<usize> = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    };
+    let allowed = herdless_fixtures::cpus::allowed().unwrap_or_default();
     let first = allowed.first().copied().unwrap_or(0);
     [first, allowed.get(1).copied().unwrap_or(first)]
 }
 
 fn on_cpu(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data, filled by CPU_ZERO/CPU_SET; affinity of this thread only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    let _ = herdless_fixtures::cpus::pin_to(cpu);
 }
 
 /// Messages per rotation in `a_backlog_read_in_batches`. Before the emulation checked claims

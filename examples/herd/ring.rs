@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use herdless_fixtures::cpus::{allowed as allowed_cpus, pin_to, unpin};
 use herdless_fixtures::{counters, jain, pipe, read_exact, write_all, Blocking};
 
 /// Marks the producer's last message: its reader ends the ring.
@@ -173,7 +174,7 @@ fn run_row(
         pin_to(producer)?;
     }
     std::thread::sleep(SETTLE);
-    let cpu_before = process_cpu_time()?;
+    let cpu_before = crate::exec::self_usage().1;
     let start = Instant::now();
     let cap = Duration::from_secs_f64(time_cap);
     let mut written = 0;
@@ -187,7 +188,7 @@ fn run_row(
         counts.push(handle.join().map_err(|_| "a ring thread panicked")??);
     }
     let seconds = start.elapsed().as_secs_f64();
-    let cpu_seconds = (process_cpu_time()? - cpu_before).as_secs_f64();
+    let cpu_seconds = crate::exec::self_usage().1.saturating_sub(cpu_before) as f64 / 1e6;
     if let Placement::Pinned { .. } = placement {
         unpin()?;
     }
@@ -261,59 +262,4 @@ fn take_turns(
     let after = counters::thread_voluntary_switches().unwrap_or(0);
     switches.fetch_add(after.saturating_sub(before), SeqCst);
     Ok(read)
-}
-
-/// CPU time of the whole process so far (`CLOCK_PROCESS_CPUTIME_ID`: every thread's).
-fn process_cpu_time() -> std::io::Result<Duration> {
-    // SAFETY: timespec is plain data.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid clock id and a pointer to a live timespec.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-}
-
-/// The CPUs this process may run on, in order.
-fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the calling thread's mask into a live set of the size given.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: CPU_ISSET reads the set for CPU numbers below CPU_SETSIZE.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect())
-}
-
-/// Pins the calling thread to `cpu`.
-fn pin_to(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes the set for a CPU number below CPU_SETSIZE (one `allowed_cpus`
-    // returned).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    set_affinity(&set)
-}
-
-/// Lets the calling thread run on every CPU again.
-fn unpin() -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in 0..libc::CPU_SETSIZE as usize {
-        // SAFETY: as in `pin_to`, every CPU number below CPU_SETSIZE.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-    }
-    set_affinity(&set)
-}
-
-fn set_affinity(set: &libc::cpu_set_t) -> std::io::Result<()> {
-    // SAFETY: the calling thread's mask from a live set of the size given.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

@@ -9,6 +9,8 @@
 #[cfg(target_os = "linux")]
 mod accept;
 #[cfg(target_os = "linux")]
+mod bare;
+#[cfg(target_os = "linux")]
 mod drain;
 #[cfg(target_os = "linux")]
 mod exec;
@@ -83,6 +85,10 @@ enum Command {
     /// pipe (no epoll), where the scheduler puts them, pinned, and woken a turn ahead; what
     /// `--rotate-every 1` costs at the least.
     Ring(ring::Args),
+    /// EPOLLEXCLUSIVE and its rotation with no herdless: threads with an epoll instance each,
+    /// one message read per wake-up, the entry deleted and re-added every N messages; what
+    /// herdless's native strict turns cost at the least.
+    Bare(bare::Args),
     /// Soak: exec'd servers on a named group and churning POSIX queues, killed, stopped and
     /// restarted every second, loaded and quiet; every request's fate counted.
     #[command(after_help = soak::DEFINITIONS)]
@@ -106,6 +112,7 @@ fn main() {
         Some(Command::Restart(args)) => restart::run(args),
         Some(Command::Rpc(args)) => rpc::run(args),
         Some(Command::Ring(args)) => ring::run(args),
+        Some(Command::Bare(args)) => bare::run(args),
         Some(Command::Soak(args)) => soak::run(args),
     };
     if let Err(e) = result {

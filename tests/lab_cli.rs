@@ -48,12 +48,18 @@ fn build_example(name: &str) -> PathBuf {
     if release {
         build.arg("--release");
     }
-    let built = build.status().map(|s| s.success()).unwrap_or(false);
-    assert!(
-        built || binary.exists(),
-        "cannot build the {name} example and {} does not exist",
-        binary.display()
-    );
+    match build.status() {
+        Ok(status) => assert!(
+            status.success(),
+            "building the {name} example failed ({status}): its binary would be stale"
+        ),
+        // No cargo to ask (the test binary run by hand): the binary cargo test built.
+        Err(e) => assert!(
+            binary.exists(),
+            "cannot run cargo ({e}) and {} does not exist",
+            binary.display()
+        ),
+    }
     binary
 }
 

@@ -12,6 +12,10 @@
 //! wrap (`poll` on numbers, record locks, `kcmp`, `getpwuid_r` and `getgrouplist`), and the
 //! memory of a mapping ([`Mapping`]). Code above this module calls these and stays safe.
 
+// The model checker's build (`--cfg loom`) leaves out the shared groups, whose locks, mappings,
+// clocks and checks of processes these are.
+#![cfg_attr(loom, allow(dead_code))]
+
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::AtomicU64;

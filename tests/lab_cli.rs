@@ -897,23 +897,35 @@ fn a_ring_of_no_thread_is_refused() {
 }
 
 /// `herd bare` reads every message exactly once, with the raw flag and with an entry rotated
-/// after every message: 2 000 messages over 4 threads, each row's count the producer's.
+/// after every message, on a pipe and on a message queue: 2 000 messages over 4 threads, each
+/// row's count the producer's.
 #[test]
 fn bare_epoll_reads_every_message_with_and_without_rotation() {
     let out = Command::new(herd())
-        .args(["bare", "--waiters", "4", "--messages", "2000"])
+        .args([
+            "bare",
+            "--workload",
+            "pipe,mq",
+            "--waiters",
+            "4",
+            "--messages",
+            "2000",
+        ])
         .output()
         .expect("the herd example runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
-    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| 4 |")).collect();
-    assert_eq!(rows.len(), 2, "{stdout}");
-    assert!(
-        rows[0].starts_with("| 4 | never (raw flag) | 2000 |"),
-        "{stdout}"
-    );
-    assert!(rows[1].starts_with("| 4 | 1 | 2000 |"), "{stdout}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" | 4 | ")).collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for (row, start) in rows.iter().zip([
+        "| pipe | 4 | never (raw flag) | 2000 |",
+        "| pipe | 4 | 1 | 2000 |",
+        "| mq | 4 | never (raw flag) | 2000 |",
+        "| mq | 4 | 1 | 2000 |",
+    ]) {
+        assert!(row.starts_with(start), "{start}: {stdout}");
+    }
 }
 
 #[test]

@@ -1,31 +1,37 @@
 //! `herd bare`: `EPOLLEXCLUSIVE` and its rotation with no herdless, as the least that strict
-//! turns cost natively. W threads, each with an epoll instance of its own holding one pipe's
-//! read end (`EPOLLIN | EPOLLEXCLUSIVE`), wait, read one message per wake-up (non-blocking:
-//! a read that finds the pipe empty is counted as `EAGAIN`), and with `--rotate-every N`
-//! delete and re-add the entry after every N messages read, which moves it to the tail of the
-//! pipe's wait queue (nginx 1.21.6's cure, and herdless's native rotation). `N = 0` never
-//! rotates: the raw flag. The producer is the herd benchmark's (8-byte ids, blocking writes).
+//! turns cost natively. W threads, each with an epoll instance of its own holding the shared
+//! descriptor of the herd benchmark (a pipe's read end or a POSIX message queue, `EPOLLIN |
+//! EPOLLEXCLUSIVE`), wait, read one message per wake-up (non-blocking: a read that finds
+//! nothing is counted as `EAGAIN`), and with `--rotate-every N` delete and re-add the entry
+//! after every N messages read, which moves it to the tail of the descriptor's wait queue
+//! (nginx 1.21.6's cure, and herdless's native rotation). `N = 0` never rotates: the raw flag.
+//! The producer is the herd benchmark's (8-byte ids, blocking writes, `queue::Channel`).
 //!
-//! Set beside `herd pipe --rotate-every 1`, the table tells what the kernel's side of strict
-//! turns costs on this machine (the entry's move, and the wake-up of a member that slept) from
-//! what herdless adds to it (its claims, its shared line, its checks).
+//! Set beside `herd pipe --rotate-every 1` (or `herd mq`), the table tells what the kernel's
+//! side of strict turns costs on this machine (the entry's move, and the wake-up of a member
+//! that slept) from what herdless adds to it (its claims, its shared line, its checks).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use herdless_fixtures::{counters, jain, pipe, write_all, Blocking};
+use herdless_fixtures::{counters, jain};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+use crate::queue::{read_one, Channel, Read, Workload};
 
 /// How long the threads get to start and fall asleep before the clock starts.
 const SETTLE: Duration = Duration::from_millis(300);
-/// The entry's data for the shared pipe, and for the stop pipe.
+/// The entry's data for the shared descriptor, and for the stop pipe.
 const MESSAGES: u64 = 0;
 const STOP: u64 = 1;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// The shared descriptors, comma-separated: pipe, mq.
+    #[arg(long, value_delimiter = ',', default_value = "pipe")]
+    workload: Vec<Workload>,
     /// Thread counts, comma-separated, each 1 to 16384.
     #[arg(long, value_delimiter = ',', default_value = "1,500")]
     waiters: Vec<usize>,
@@ -43,6 +49,7 @@ pub struct Args {
 }
 
 struct Row {
+    workload: Workload,
     waiters: usize,
     rotate_every: u64,
     messages: u64,
@@ -61,7 +68,7 @@ struct Shared {
     written: AtomicU64,
     /// When the last message was read.
     finished: Mutex<Option<Instant>>,
-    /// Reads that found the pipe empty.
+    /// Reads that found nothing.
     eagain: AtomicU64,
     /// The threads' voluntary context switches, from their first wait to their stop.
     switches: AtomicU64,
@@ -71,27 +78,35 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(&bad) = args.waiters.iter().find(|&&w| w == 0 || w > 16_384) {
         return Err(format!("--waiters {bad}: give 1 to 16384 threads").into());
     }
-    if args.rotate_every.is_empty() {
-        return Err("--rotate-every: give at least one count".into());
+    if args.rotate_every.is_empty() || args.workload.is_empty() {
+        return Err("--rotate-every and --workload: give at least one each".into());
     }
     if args.messages == 0 || args.time_cap.is_nan() || args.time_cap <= 0.0 {
         return Err("--messages and --time-cap must be above 0".into());
     }
     let mut rows = Vec::new();
-    for &waiters in &args.waiters {
-        for &rotate_every in &args.rotate_every {
-            eprint!("herd bare: W={waiters} rotate every {rotate_every} ... ");
-            let row = run_row(waiters, rotate_every, args.messages, args.time_cap)?;
-            eprintln!("{:.2} µs/message", row.seconds * 1e6 / row.messages as f64);
-            rows.push(row);
+    for &workload in &args.workload {
+        for &waiters in &args.waiters {
+            for &rotate_every in &args.rotate_every {
+                eprint!("herd bare: {workload} W={waiters} rotate every {rotate_every} ... ");
+                let row = run_row(
+                    workload,
+                    waiters,
+                    rotate_every,
+                    args.messages,
+                    args.time_cap,
+                )?;
+                eprintln!("{:.2} µs/message", row.seconds * 1e6 / row.messages as f64);
+                rows.push(row);
+            }
         }
     }
     println!("## herd bare: EPOLLEXCLUSIVE and rotation with no herdless (one epoll per thread)");
     println!(
-        "| W | rotate every | messages | µs/msg | CPU µs/msg | kernel wake-ups/msg | EAGAIN/msg \
-         | Jain |"
+        "| workload | W | rotate every | messages | µs/msg | CPU µs/msg | kernel wake-ups/msg \
+         | EAGAIN/msg | Jain |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let per = |x: f64| x / r.messages as f64;
         let rotation = match r.rotate_every {
@@ -99,7 +114,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             n => n.to_string(),
         };
         println!(
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.4} |",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.4} |",
+            r.workload,
             r.waiters,
             rotation,
             r.messages,
@@ -114,22 +130,21 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "µs/msg: wall time from the first write to the last read ÷ messages read. CPU: the \
          process's (threads and producer) over the same span. Kernel wake-ups: the threads' \
          voluntary context switches (sleeps) per message. EAGAIN: reads after a wake-up that \
-         found the pipe empty."
+         found nothing."
     );
     Ok(())
 }
 
-/// One row: `waiters` threads, rotating every `rotate_every` messages, `messages` at most.
+/// One row: `waiters` threads on `workload`, rotating every `rotate_every` messages,
+/// `messages` at most.
 fn run_row(
+    workload: Workload,
     waiters: usize,
     rotate_every: u64,
     messages: u64,
     time_cap: f64,
 ) -> Result<Row, Box<dyn std::error::Error>> {
-    let (read_end, write_end) = pipe(Blocking::WriteEnd)?;
-    let (stop_read, stop_write) = pipe(Blocking::WriteEnd)?;
-    let read_end = Arc::new(read_end);
-    let stop_read = Arc::new(stop_read);
+    let mut channel = Channel::open(workload, false)?;
     let shared = Arc::new(Shared {
         read: AtomicU64::new(0),
         written: AtomicU64::new(u64::MAX),
@@ -139,10 +154,14 @@ fn run_row(
     });
     let mut handles = Vec::with_capacity(waiters);
     for _ in 0..waiters {
-        let (read_end, stop_read, shared) = (read_end.clone(), stop_read.clone(), shared.clone());
+        // Each thread its own descriptors of the same open files: its epoll entry is one more
+        // on the same wait queue.
+        let read = channel.read.try_clone()?;
+        let stop = channel.stop().try_clone_to_owned()?;
+        let shared = shared.clone();
         let handle = std::thread::Builder::new()
             .stack_size(64 * 1024)
-            .spawn(move || member(&read_end, &stop_read, rotate_every, &shared))?;
+            .spawn(move || member(workload, &read, &stop, rotate_every, &shared))?;
         handles.push(handle);
     }
     std::thread::sleep(SETTLE);
@@ -151,7 +170,7 @@ fn run_row(
     let cap = Duration::from_secs_f64(time_cap);
     let mut written = 0;
     while written < messages && start.elapsed() < cap {
-        write_all(write_end.as_raw_fd(), &written.to_ne_bytes())?;
+        channel.send(written)?;
         written += 1;
     }
     shared.written.store(written, SeqCst);
@@ -163,12 +182,13 @@ fn run_row(
     let end = shared.finished.lock().unwrap().unwrap_or_else(Instant::now);
     let seconds = end.duration_since(start).as_secs_f64();
     let cpu_seconds = crate::exec::self_usage().1.saturating_sub(cpu_before) as f64 / 1e6;
-    write_all(stop_write.as_raw_fd(), &[1])?;
+    channel.finish();
     let mut counts = Vec::with_capacity(waiters);
     for handle in handles {
         counts.push(handle.join().map_err(|_| "a thread panicked")??);
     }
     Ok(Row {
+        workload,
         waiters,
         rotate_every,
         messages: counts.iter().sum(),
@@ -181,9 +201,10 @@ fn run_row(
 }
 
 /// One thread: waits in its own epoll instance, reads one message per wake-up, rotates its
-/// entry every `rotate_every` messages, until the stop pipe is written. Returns how many
+/// entry every `rotate_every` messages, until the stop pipe hangs up. Returns how many
 /// messages it read.
 fn member(
+    workload: Workload,
     read_end: &OwnedFd,
     stop: &OwnedFd,
     rotate_every: u64,
@@ -205,9 +226,8 @@ fn member(
         if events[0].data() == STOP {
             break;
         }
-        let mut id = [0u8; 8];
-        match nix::unistd::read(read_end.as_raw_fd(), &mut id) {
-            Ok(8) => {
+        match read_one(read_end.as_raw_fd(), workload)? {
+            Read::Message(_) => {
                 read += 1;
                 since_rotation += 1;
                 let total = shared.read.fetch_add(1, SeqCst) + 1;
@@ -215,11 +235,11 @@ fn member(
                     *shared.finished.lock().unwrap() = Some(Instant::now());
                 }
             }
-            Ok(n) => return Err(std::io::Error::other(format!("a read of {n} bytes"))),
-            Err(nix::errno::Errno::EAGAIN) => {
+            Read::Empty => {
                 shared.eagain.fetch_add(1, SeqCst);
             }
-            Err(e) => return Err(e.into()),
+            // The pipe's write end closed before the stop pipe was seen: the run is over.
+            Read::Stop => break,
         }
         if rotate_every > 0 && since_rotation >= rotate_every {
             since_rotation = 0;

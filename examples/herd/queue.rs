@@ -141,6 +141,12 @@ impl Channel {
         self.stop_read.as_raw_fd()
     }
 
+    /// The same, borrowed.
+    pub fn stop(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.stop_read.as_fd()
+    }
+
     pub fn write_fd(&self) -> io::Result<RawFd> {
         self.write
             .as_ref()

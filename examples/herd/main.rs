@@ -85,9 +85,9 @@ enum Command {
     /// pipe (no epoll), where the scheduler puts them, pinned, and woken a turn ahead; what
     /// `--rotate-every 1` costs at the least.
     Ring(ring::Args),
-    /// EPOLLEXCLUSIVE and its rotation with no herdless: threads with an epoll instance each,
-    /// one message read per wake-up, the entry deleted and re-added every N messages; what
-    /// herdless's native strict turns cost at the least.
+    /// EPOLLEXCLUSIVE and its rotation with no herdless: threads with an epoll instance each on
+    /// a pipe or a message queue, one message read per wake-up, the entry deleted and re-added
+    /// every N messages; what herdless's native strict turns cost at the least.
     Bare(bare::Args),
     /// Soak: exec'd servers on a named group and churning POSIX queues, killed, stopped and
     /// restarted every second, loaded and quiet; every request's fate counted.

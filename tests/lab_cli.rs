@@ -947,3 +947,37 @@ fn bare_epoll_refuses_bad_counts() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// `herd bare` counts its descriptors before it starts a thread: 100 threads need about 364,
+/// and a process whose open-file limit is 256 (soft and hard) is refused in one line.
+#[test]
+fn bare_epoll_beyond_the_open_file_limit_is_refused() {
+    let mut command = Command::new(herd());
+    // SAFETY: between fork and exec the closure only calls setrlimit, which is
+    // async-signal-safe, on a local value.
+    unsafe {
+        command.pre_exec(|| {
+            let few = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &few) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command
+        .args(["bare", "--waiters", "100", "--messages", "1000"])
+        .output()
+        .expect("the herd example runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("--waiters 100") && lines[0].contains("open-file limit of 256"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}

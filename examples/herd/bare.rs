@@ -84,6 +84,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.messages == 0 || args.time_cap.is_nan() || args.time_cap <= 0.0 {
         return Err("--messages and --time-cap must be above 0".into());
     }
+    // Per thread: its epoll instance, and its own descriptors of the shared file and the stop
+    // pipe.
+    let most = args.waiters.iter().copied().max().unwrap_or(1);
+    crate::limits::open_files("--waiters", most, 3 * most as u64 + 64)?;
     let mut rows = Vec::new();
     for &workload in &args.workload {
         for &waiters in &args.waiters {

@@ -182,16 +182,21 @@ fn help_defaults_parse_as_shown() {
 /// RLIMIT_MSGQUEUE is 0, soft and hard, so every `mq_open` fails (EMFILE) while pipes work. A
 /// real row that cannot run, found only once it starts, after every setting was accepted.
 fn herd_without_message_queues() -> Command {
+    herd_with_limit(libc::RLIMIT_MSGQUEUE, 0)
+}
+
+/// A `Command` for `herd` whose limit `resource` is `value`, soft and hard.
+fn herd_with_limit(resource: libc::__rlimit_resource_t, value: libc::rlim_t) -> Command {
     let mut command = Command::new(herd());
     // SAFETY: between fork and exec the closure only calls setrlimit, which is
     // async-signal-safe, on a local value.
     unsafe {
-        command.pre_exec(|| {
-            let none = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
             };
-            if libc::setrlimit(libc::RLIMIT_MSGQUEUE, &none) != 0 {
+            if libc::setrlimit(resource, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -952,22 +957,7 @@ fn bare_epoll_refuses_bad_counts() {
 /// and a process whose open-file limit is 256 (soft and hard) is refused in one line.
 #[test]
 fn bare_epoll_beyond_the_open_file_limit_is_refused() {
-    let mut command = Command::new(herd());
-    // SAFETY: between fork and exec the closure only calls setrlimit, which is
-    // async-signal-safe, on a local value.
-    unsafe {
-        command.pre_exec(|| {
-            let few = libc::rlimit {
-                rlim_cur: 256,
-                rlim_max: 256,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &few) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let out = command
+    let out = herd_with_limit(libc::RLIMIT_NOFILE, 256)
         .args(["bare", "--waiters", "100", "--messages", "1000"])
         .output()
         .expect("the herd example runs");

@@ -1,10 +1,14 @@
-//! `herd bare`: `EPOLLEXCLUSIVE` and its rotation with no herdless, as the least that strict
-//! turns cost natively. W threads, each with an epoll instance of its own holding the shared
+//! `herd bare`: the kernel's exclusive waits with no herdless, as the least that strict turns
+//! cost natively. W threads, each with an epoll instance of its own holding the shared
 //! descriptor of the herd benchmark (a pipe's read end or a POSIX message queue, `EPOLLIN |
 //! EPOLLEXCLUSIVE`), wait, read one message per wake-up (non-blocking: a read that finds
 //! nothing is counted as `EAGAIN`), and with `--rotate-every N` delete and re-add the entry
 //! after every N messages read, which moves it to the tail of the descriptor's wait queue
 //! (nginx 1.21.6's cure, and herdless's native rotation). `N = 0` never rotates: the raw flag.
+//! With `--wait uring` each thread waits on an io_uring of its own instead, in a one-shot
+//! `POLL_ADD` of the descriptor with `EPOLLEXCLUSIVE`: the kernel takes the poll off the wait
+//! queue as it fires, and the thread arms it again after its message, at the tail: a move to
+//! the back of the line at every message with no delete and no add (`member_uring`).
 //! The producer is the herd benchmark's (8-byte ids, blocking writes, `queue::Channel`).
 //!
 //! Set beside `herd pipe --rotate-every 1` (or `herd mq`), the table tells what the kernel's
@@ -39,6 +43,11 @@ pub struct Args {
     /// every N messages it read (0: never, the raw flag; 1: strict turns).
     #[arg(long, value_delimiter = ',', default_value = "0,1")]
     rotate_every: Vec<u64>,
+    /// The kernel waits to compare, comma-separated: `epoll` (an epoll instance per thread,
+    /// every `--rotate-every` given) or `uring` (an io_uring per thread, a one-shot exclusive
+    /// poll armed again after each message: the rows of `--rotate-every 1` only).
+    #[arg(long, value_delimiter = ',', default_value = "epoll")]
+    wait: Vec<Wait>,
     /// Messages the producer writes per row.
     #[arg(long, default_value_t = 100_000)]
     messages: u64,
@@ -48,7 +57,26 @@ pub struct Args {
     time_cap: f64,
 }
 
+/// The kernel wait a row's threads sleep in.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// `epoll_wait` on an epoll instance of the thread's own.
+    Epoll,
+    /// `io_uring_enter` on an io_uring of the thread's own.
+    Uring,
+}
+
+impl Wait {
+    fn name(self) -> &'static str {
+        match self {
+            Wait::Epoll => "epoll",
+            Wait::Uring => "io_uring",
+        }
+    }
+}
+
 struct Row {
+    wait: Wait,
     workload: Workload,
     waiters: usize,
     rotate_every: u64,
@@ -78,8 +106,15 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(&bad) = args.waiters.iter().find(|&&w| w == 0 || w > 16_384) {
         return Err(format!("--waiters {bad}: give 1 to 16384 threads").into());
     }
-    if args.rotate_every.is_empty() || args.workload.is_empty() {
-        return Err("--rotate-every and --workload: give at least one each".into());
+    if args.rotate_every.is_empty() || args.workload.is_empty() || args.wait.is_empty() {
+        return Err("--rotate-every, --workload and --wait: give at least one each".into());
+    }
+    if args.wait.contains(&Wait::Uring) && !args.rotate_every.contains(&1) {
+        return Err(
+            "--wait uring re-arms its poll after every message (--rotate-every 1): give 1 \
+             among --rotate-every"
+                .into(),
+        );
     }
     if args.messages == 0 || args.time_cap.is_nan() || args.time_cap <= 0.0 {
         return Err("--messages and --time-cap must be above 0".into());
@@ -91,9 +126,19 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut rows = Vec::new();
     for &workload in &args.workload {
         for &waiters in &args.waiters {
-            for &rotate_every in &args.rotate_every {
-                eprint!("herd bare: {workload} W={waiters} rotate every {rotate_every} ... ");
+            let runs = args.rotate_every.iter().flat_map(|&rotate_every| {
+                let waits = args.wait.iter().copied();
+                waits
+                    .filter(move |&wait| wait == Wait::Epoll || rotate_every == 1)
+                    .map(move |wait| (wait, rotate_every))
+            });
+            for (wait, rotate_every) in runs {
+                eprint!(
+                    "herd bare: {workload} W={waiters} {} rotate every {rotate_every} ... ",
+                    wait.name()
+                );
                 let row = run_row(
+                    wait,
                     workload,
                     waiters,
                     rotate_every,
@@ -105,22 +150,24 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    println!("## herd bare: EPOLLEXCLUSIVE and rotation with no herdless (one epoll per thread)");
+    println!("## herd bare: the kernel's exclusive waits with no herdless (one per thread)");
     println!(
-        "| workload | W | rotate every | messages | µs/msg | CPU µs/msg | kernel wake-ups/msg \
-         | EAGAIN/msg | Jain |"
+        "| workload | W | wait | rotate every | messages | µs/msg | CPU µs/msg \
+         | kernel wake-ups/msg | EAGAIN/msg | Jain |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let per = |x: f64| x / r.messages as f64;
-        let rotation = match r.rotate_every {
-            0 => "never (raw flag)".to_string(),
-            n => n.to_string(),
+        let rotation = match (r.wait, r.rotate_every) {
+            (_, 0) => "never (raw flag)".to_string(),
+            (Wait::Uring, _) => "1 (re-armed)".to_string(),
+            (Wait::Epoll, n) => n.to_string(),
         };
         println!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.4} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.4} |",
             r.workload,
             r.waiters,
+            r.wait.name(),
             rotation,
             r.messages,
             per(r.seconds * 1e6),
@@ -134,7 +181,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "µs/msg: wall time from the first write to the last read ÷ messages read. CPU: the \
          process's (threads and producer) over the same span. Kernel wake-ups: the threads' \
          voluntary context switches (sleeps) per message. EAGAIN: reads after a wake-up that \
-         found nothing."
+         found nothing. io_uring: a one-shot EPOLLEXCLUSIVE poll, armed again after each \
+         message (at the tail of the wait queue)."
     );
     Ok(())
 }
@@ -142,6 +190,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 /// One row: `waiters` threads on `workload`, rotating every `rotate_every` messages,
 /// `messages` at most.
 fn run_row(
+    wait: Wait,
     workload: Workload,
     waiters: usize,
     rotate_every: u64,
@@ -163,9 +212,13 @@ fn run_row(
         let read = channel.read.try_clone()?;
         let stop = channel.stop().try_clone_to_owned()?;
         let shared = shared.clone();
-        let handle = std::thread::Builder::new()
-            .stack_size(64 * 1024)
-            .spawn(move || member(workload, &read, &stop, rotate_every, &shared))?;
+        let handle =
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || match wait {
+                    Wait::Epoll => member(workload, &read, &stop, rotate_every, &shared),
+                    Wait::Uring => member_uring(workload, &read, &stop, &shared),
+                })?;
         handles.push(handle);
     }
     std::thread::sleep(SETTLE);
@@ -192,6 +245,7 @@ fn run_row(
         counts.push(handle.join().map_err(|_| "a thread panicked")??);
     }
     Ok(Row {
+        wait,
         workload,
         waiters,
         rotate_every,
@@ -230,20 +284,13 @@ fn member(
         if events[0].data() == STOP {
             break;
         }
-        match read_one(read_end.as_raw_fd(), workload)? {
-            Read::Message(_) => {
+        match take_one(read_end, workload, shared)? {
+            Some(true) => {
                 read += 1;
                 since_rotation += 1;
-                let total = shared.read.fetch_add(1, SeqCst) + 1;
-                if total == shared.written.load(SeqCst) {
-                    *shared.finished.lock().unwrap() = Some(Instant::now());
-                }
             }
-            Read::Empty => {
-                shared.eagain.fetch_add(1, SeqCst);
-            }
-            // The pipe's write end closed before the stop pipe was seen: the run is over.
-            Read::Stop => break,
+            Some(false) => {}
+            None => break,
         }
         if rotate_every > 0 && since_rotation >= rotate_every {
             since_rotation = 0;
@@ -251,9 +298,108 @@ fn member(
             epoll.add(read_end.as_fd(), exclusive)?;
         }
     }
-    let after = counters::thread_voluntary_switches().unwrap_or(0);
-    shared
-        .switches
-        .fetch_add(after.saturating_sub(before), SeqCst);
+    shared.note_switches(before);
     Ok(read)
+}
+
+/// One thread on io_uring: waits for a one-shot `POLL_ADD` of the shared descriptor with
+/// `EPOLLEXCLUSIVE` (the kernel takes it off the descriptor's wait queue as it fires), reads
+/// one message, and arms the poll again (at the tail of the wait queue; the arm and the next
+/// wait are one `io_uring_enter`), until the stop pipe's poll fires. Returns how many messages
+/// it read.
+fn member_uring(
+    workload: Workload,
+    read_end: &OwnedFd,
+    stop: &OwnedFd,
+    shared: &Shared,
+) -> std::io::Result<u64> {
+    use io_uring::{opcode, types, IoUring};
+    let mut ring = IoUring::new(4).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("io_uring unavailable here (io_uring_disabled, or a seccomp filter): {e}"),
+        )
+    })?;
+    let flags = libc::POLLIN as u32 | libc::EPOLLEXCLUSIVE as u32;
+    let poll = opcode::PollAdd::new(types::Fd(read_end.as_raw_fd()), flags)
+        .build()
+        .user_data(MESSAGES);
+    let stop_poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
+        .build()
+        .user_data(STOP);
+    // SAFETY: both entries name descriptors this function borrows for as long as the ring
+    // lives (it is dropped, and its polls cancelled, before it returns), and carry no buffer.
+    unsafe {
+        let mut queue = ring.submission();
+        queue.push(&poll).map_err(std::io::Error::other)?;
+        queue.push(&stop_poll).map_err(std::io::Error::other)?;
+    }
+    let before = counters::thread_voluntary_switches().unwrap_or(0);
+    let mut read = 0;
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        // Four entries at most in flight (two polls): the completions fit on the stack.
+        let mut done = [(0u64, 0i32); 4];
+        let mut n = 0;
+        for c in ring.completion().take(done.len()) {
+            done[n] = (c.user_data(), c.result());
+            n += 1;
+        }
+        for &(data, result) in &done[..n] {
+            if data == STOP {
+                shared.note_switches(before);
+                return Ok(read);
+            }
+            if result < 0 {
+                return Err(std::io::Error::from_raw_os_error(-result));
+            }
+            match take_one(read_end, workload, shared)? {
+                Some(true) => read += 1,
+                Some(false) => {}
+                None => {
+                    shared.note_switches(before);
+                    return Ok(read);
+                }
+            }
+            // SAFETY: as above.
+            unsafe { ring.submission().push(&poll) }.map_err(std::io::Error::other)?;
+        }
+    }
+}
+
+/// Reads one message after a wake-up: `Some(true)` read (and counted), `Some(false)` found
+/// nothing (counted as `EAGAIN`), `None` the pipe's write end closed before the stop pipe was
+/// seen (the run is over).
+fn take_one(
+    read_end: &OwnedFd,
+    workload: Workload,
+    shared: &Shared,
+) -> std::io::Result<Option<bool>> {
+    Ok(match read_one(read_end.as_raw_fd(), workload)? {
+        Read::Message(_) => {
+            let total = shared.read.fetch_add(1, SeqCst) + 1;
+            if total == shared.written.load(SeqCst) {
+                *shared.finished.lock().unwrap() = Some(Instant::now());
+            }
+            Some(true)
+        }
+        Read::Empty => {
+            shared.eagain.fetch_add(1, SeqCst);
+            Some(false)
+        }
+        Read::Stop => None,
+    })
+}
+
+impl Shared {
+    /// Adds the calling thread's voluntary context switches since `before` to the row's.
+    fn note_switches(&self, before: u64) {
+        let after = counters::thread_voluntary_switches().unwrap_or(0);
+        self.switches
+            .fetch_add(after.saturating_sub(before), SeqCst);
+    }
 }

@@ -924,10 +924,51 @@ fn bare_epoll_reads_every_message_with_and_without_rotation() {
     let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" | 4 | ")).collect();
     assert_eq!(rows.len(), 4, "{stdout}");
     for (row, start) in rows.iter().zip([
-        "| pipe | 4 | never (raw flag) | 2000 |",
-        "| pipe | 4 | 1 | 2000 |",
-        "| mq | 4 | never (raw flag) | 2000 |",
-        "| mq | 4 | 1 | 2000 |",
+        "| pipe | 4 | epoll | never (raw flag) | 2000 |",
+        "| pipe | 4 | epoll | 1 | 2000 |",
+        "| mq | 4 | epoll | never (raw flag) | 2000 |",
+        "| mq | 4 | epoll | 1 | 2000 |",
+    ]) {
+        assert!(row.starts_with(start), "{start}: {stdout}");
+    }
+}
+
+/// `herd bare --wait uring,uring-in-epoll` reads every message exactly once through io_uring's
+/// one-shot exclusive poll, armed again after each message, waited on in the ring and in an
+/// epoll instance holding the ring, on a pipe and on a message queue. Skipped, loudly, where
+/// io_uring is not allowed (`kernel.io_uring_disabled`, a container's seccomp filter).
+#[test]
+fn bare_uring_reads_every_message() {
+    let out = Command::new(herd())
+        .args([
+            "bare",
+            "--workload",
+            "pipe,mq",
+            "--waiters",
+            "4",
+            "--messages",
+            "2000",
+            "--wait",
+            "uring,uring-in-epoll",
+            "--rotate-every",
+            "1",
+        ])
+        .output()
+        .expect("the herd example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("io_uring unavailable here") {
+        eprintln!("SKIPPED bare_uring_reads_every_message: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains(" | 4 | ")).collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for (row, start) in rows.iter().zip([
+        "| pipe | 4 | io_uring | 1 (re-armed) | 2000 |",
+        "| pipe | 4 | io_uring in epoll | 1 (re-armed) | 2000 |",
+        "| mq | 4 | io_uring | 1 (re-armed) | 2000 |",
+        "| mq | 4 | io_uring in epoll | 1 (re-armed) | 2000 |",
     ]) {
         assert!(row.starts_with(start), "{start}: {stdout}");
     }
@@ -938,6 +979,7 @@ fn bare_epoll_refuses_bad_counts() {
     for args in [
         &["bare", "--waiters", "0"][..],
         &["bare", "--messages", "0"][..],
+        &["bare", "--wait", "uring", "--rotate-every", "0"][..],
     ] {
         let out = Command::new(herd())
             .args(args)
@@ -946,7 +988,9 @@ fn bare_epoll_refuses_bad_counts() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
         assert!(
-            stderr.contains("--waiters 0") || stderr.contains("--messages"),
+            stderr.contains("--waiters 0")
+                || stderr.contains("--messages")
+                || stderr.contains("--wait uring re-arms its poll after every message"),
             "{args:?}: {stderr}"
         );
         assert!(out.stdout.is_empty(), "{args:?}");

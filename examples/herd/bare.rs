@@ -64,6 +64,8 @@ pub enum Wait {
     Epoll,
     /// `io_uring_enter` on an io_uring of the thread's own.
     Uring,
+    /// `epoll_wait` on an epoll instance holding the thread's io_uring.
+    UringInEpoll,
 }
 
 impl Wait {
@@ -71,6 +73,7 @@ impl Wait {
         match self {
             Wait::Epoll => "epoll",
             Wait::Uring => "io_uring",
+            Wait::UringInEpoll => "io_uring in epoll",
         }
     }
 }
@@ -85,6 +88,7 @@ struct Row {
     cpu_seconds: f64,
     switches: u64,
     eagain: u64,
+    interrupted: u64,
     counts: Vec<u64>,
 }
 
@@ -100,6 +104,8 @@ struct Shared {
     eagain: AtomicU64,
     /// The threads' voluntary context switches, from their first wait to their stop.
     switches: AtomicU64,
+    /// Waits interrupted.
+    interrupted: AtomicU64,
 }
 
 pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -109,7 +115,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.rotate_every.is_empty() || args.workload.is_empty() || args.wait.is_empty() {
         return Err("--rotate-every, --workload and --wait: give at least one each".into());
     }
-    if args.wait.contains(&Wait::Uring) && !args.rotate_every.contains(&1) {
+    if args.wait.iter().any(|&w| w != Wait::Epoll) && !args.rotate_every.contains(&1) {
         return Err(
             "--wait uring re-arms its poll after every message (--rotate-every 1): give 1 \
              among --rotate-every"
@@ -153,18 +159,18 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("## herd bare: the kernel's exclusive waits with no herdless (one per thread)");
     println!(
         "| workload | W | wait | rotate every | messages | µs/msg | CPU µs/msg \
-         | kernel wake-ups/msg | EAGAIN/msg | Jain |"
+         | kernel wake-ups/msg | EAGAIN/msg | Jain | EINTR/msg |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let per = |x: f64| x / r.messages as f64;
         let rotation = match (r.wait, r.rotate_every) {
             (_, 0) => "never (raw flag)".to_string(),
-            (Wait::Uring, _) => "1 (re-armed)".to_string(),
+            (Wait::Uring | Wait::UringInEpoll, _) => "1 (re-armed)".to_string(),
             (Wait::Epoll, n) => n.to_string(),
         };
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.4} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.4} | {:.3} |",
             r.workload,
             r.waiters,
             r.wait.name(),
@@ -174,7 +180,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             per(r.cpu_seconds * 1e6),
             per(r.switches as f64),
             per(r.eagain as f64),
-            jain(&r.counts)
+            jain(&r.counts),
+            per(r.interrupted as f64)
         );
     }
     println!(
@@ -182,7 +189,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
          process's (threads and producer) over the same span. Kernel wake-ups: the threads' \
          voluntary context switches (sleeps) per message. EAGAIN: reads after a wake-up that \
          found nothing. io_uring: a one-shot EPOLLEXCLUSIVE poll, armed again after each \
-         message (at the tail of the wait queue)."
+         message (at the tail of the wait queue); in epoll: the ring's descriptor in the \
+         thread's epoll instance, where the thread sleeps. EINTR: waits interrupted (the \
+         ring's completion is delivered as task work, which interrupts a sleep in epoll_wait)."
     );
     Ok(())
 }
@@ -204,6 +213,7 @@ fn run_row(
         finished: Mutex::new(None),
         eagain: AtomicU64::new(0),
         switches: AtomicU64::new(0),
+        interrupted: AtomicU64::new(0),
     });
     let mut handles = Vec::with_capacity(waiters);
     for _ in 0..waiters {
@@ -217,7 +227,8 @@ fn run_row(
                 .stack_size(64 * 1024)
                 .spawn(move || match wait {
                     Wait::Epoll => member(workload, &read, &stop, rotate_every, &shared),
-                    Wait::Uring => member_uring(workload, &read, &stop, &shared),
+                    Wait::Uring => member_uring(workload, &read, &stop, &shared, false),
+                    Wait::UringInEpoll => member_uring(workload, &read, &stop, &shared, true),
                 })?;
         handles.push(handle);
     }
@@ -254,6 +265,7 @@ fn run_row(
         cpu_seconds,
         switches: shared.switches.load(SeqCst),
         eagain: shared.eagain.load(SeqCst),
+        interrupted: shared.interrupted.load(SeqCst),
         counts,
     })
 }
@@ -277,7 +289,11 @@ fn member(
     let (mut read, mut since_rotation) = (0, 0);
     loop {
         match epoll.wait(&mut events, EpollTimeout::NONE) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(0) => continue,
+            Err(nix::errno::Errno::EINTR) => {
+                shared.interrupted.fetch_add(1, SeqCst);
+                continue;
+            }
             Ok(_) => {}
             Err(e) => return Err(e.into()),
         }
@@ -312,6 +328,7 @@ fn member_uring(
     read_end: &OwnedFd,
     stop: &OwnedFd,
     shared: &Shared,
+    in_epoll: bool,
 ) -> std::io::Result<u64> {
     use io_uring::{opcode, types, IoUring};
     let mut ring = IoUring::new(4).map_err(|e| {
@@ -334,12 +351,37 @@ fn member_uring(
         queue.push(&poll).map_err(std::io::Error::other)?;
         queue.push(&stop_poll).map_err(std::io::Error::other)?;
     }
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    if in_epoll {
+        // SAFETY: the ring outlives this borrow of its descriptor.
+        let ring_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        epoll.add(ring_fd, EpollEvent::new(EpollFlags::EPOLLIN, MESSAGES))?;
+    }
+    let mut events = [EpollEvent::empty()];
     let before = counters::thread_voluntary_switches().unwrap_or(0);
     let mut read = 0;
     loop {
-        match ring.submit_and_wait(1) {
+        let waited = if in_epoll {
+            // The arm goes in without a wait (one `io_uring_enter`), and the thread sleeps in
+            // its epoll instance unless the arm completed at once.
+            let to_arm = !ring.submission().is_empty();
+            let armed = match to_arm {
+                true => ring.submit(),
+                false => Ok(0),
+            };
+            armed.and_then(|_| match ring.completion().is_empty() {
+                true => Ok(epoll.wait(&mut events, EpollTimeout::NONE)?),
+                false => Ok(0),
+            })
+        } else {
+            ring.submit_and_wait(1)
+        };
+        match waited {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                shared.interrupted.fetch_add(1, SeqCst);
+                continue;
+            }
             Err(e) => return Err(e),
         }
         // Four entries at most in flight (two polls): the completions fit on the stack.

@@ -125,10 +125,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.messages == 0 || args.time_cap.is_nan() || args.time_cap <= 0.0 {
         return Err("--messages and --time-cap must be above 0".into());
     }
-    // Per thread: its epoll instance, and its own descriptors of the shared file and the stop
-    // pipe.
+    // Per thread: its epoll instance, its own descriptors of the shared file and the stop
+    // pipe, and in io_uring's rows its ring.
     let most = args.waiters.iter().copied().max().unwrap_or(1);
-    crate::limits::open_files("--waiters", most, 3 * most as u64 + 64)?;
+    let per_thread = 3 + u64::from(args.wait.iter().any(|&w| w != Wait::Epoll));
+    crate::limits::open_files("--waiters", most, per_thread * most as u64 + 64)?;
     let mut rows = Vec::new();
     for &workload in &args.workload {
         for &waiters in &args.waiters {
@@ -344,37 +345,44 @@ fn member_uring(
     let stop_poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
         .build()
         .user_data(STOP);
-    // SAFETY: both entries name descriptors this function borrows for as long as the ring
-    // lives (it is dropped, and its polls cancelled, before it returns), and carry no buffer.
+    // SAFETY: both entries carry no buffer, and name descriptors this function borrows for as
+    // long as the ring lives (a poll holds its own reference to its file, and the ring, dropped
+    // before this function returns, cancels the polls still pending).
     unsafe {
         let mut queue = ring.submission();
         queue.push(&poll).map_err(std::io::Error::other)?;
         queue.push(&stop_poll).map_err(std::io::Error::other)?;
     }
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    if in_epoll {
-        // SAFETY: the ring outlives this borrow of its descriptor.
-        let ring_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(ring.as_raw_fd()) };
-        epoll.add(ring_fd, EpollEvent::new(EpollFlags::EPOLLIN, MESSAGES))?;
-    }
+    let epoll = match in_epoll {
+        true => {
+            let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+            // SAFETY: the ring outlives this borrow of its descriptor (and the epoll instance,
+            // declared after it, is dropped first).
+            let ring_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+            epoll.add(ring_fd, EpollEvent::new(EpollFlags::EPOLLIN, MESSAGES))?;
+            Some(epoll)
+        }
+        false => None,
+    };
     let mut events = [EpollEvent::empty()];
     let before = counters::thread_voluntary_switches().unwrap_or(0);
     let mut read = 0;
     loop {
-        let waited = if in_epoll {
+        let waited = match &epoll {
             // The arm goes in without a wait (one `io_uring_enter`), and the thread sleeps in
             // its epoll instance unless the arm completed at once.
-            let to_arm = !ring.submission().is_empty();
-            let armed = match to_arm {
-                true => ring.submit(),
-                false => Ok(0),
-            };
-            armed.and_then(|_| match ring.completion().is_empty() {
-                true => Ok(epoll.wait(&mut events, EpollTimeout::NONE)?),
-                false => Ok(0),
-            })
-        } else {
-            ring.submit_and_wait(1)
+            Some(epoll) => {
+                let to_arm = !ring.submission().is_empty();
+                let armed = match to_arm {
+                    true => ring.submit(),
+                    false => Ok(0),
+                };
+                armed.and_then(|_| match ring.completion().is_empty() {
+                    true => Ok(epoll.wait(&mut events, EpollTimeout::NONE)?),
+                    false => Ok(0),
+                })
+            }
+            None => ring.submit_and_wait(1),
         };
         match waited {
             Ok(_) => {}

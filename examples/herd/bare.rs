@@ -353,16 +353,15 @@ fn member_uring(
         queue.push(&poll).map_err(std::io::Error::other)?;
         queue.push(&stop_poll).map_err(std::io::Error::other)?;
     }
-    let epoll = match in_epoll {
-        true => {
-            let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-            // SAFETY: the ring outlives this borrow of its descriptor (and the epoll instance,
-            // declared after it, is dropped first).
-            let ring_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(ring.as_raw_fd()) };
-            epoll.add(ring_fd, EpollEvent::new(EpollFlags::EPOLLIN, MESSAGES))?;
-            Some(epoll)
-        }
-        false => None,
+    let epoll = if in_epoll {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        // SAFETY: the ring outlives this borrow of its descriptor (and the epoll instance,
+        // declared after it, is dropped first).
+        let ring_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        epoll.add(ring_fd, EpollEvent::new(EpollFlags::EPOLLIN, MESSAGES))?;
+        Some(epoll)
+    } else {
+        None
     };
     let mut events = [EpollEvent::empty()];
     let before = counters::thread_voluntary_switches().unwrap_or(0);
@@ -372,14 +371,17 @@ fn member_uring(
             // The arm goes in without a wait (one `io_uring_enter`), and the thread sleeps in
             // its epoll instance unless the arm completed at once.
             Some(epoll) => {
-                let to_arm = !ring.submission().is_empty();
-                let armed = match to_arm {
-                    true => ring.submit(),
-                    false => Ok(0),
+                let armed = if ring.submission().is_empty() {
+                    Ok(0)
+                } else {
+                    ring.submit()
                 };
-                armed.and_then(|_| match ring.completion().is_empty() {
-                    true => Ok(epoll.wait(&mut events, EpollTimeout::NONE)?),
-                    false => Ok(0),
+                armed.and_then(|_| {
+                    if ring.completion().is_empty() {
+                        Ok(epoll.wait(&mut events, EpollTimeout::NONE)?)
+                    } else {
+                        Ok(0)
+                    }
                 })
             }
             None => ring.submit_and_wait(1),
